@@ -1,0 +1,55 @@
+"""Build a model from a resolved run config (a plain dict), and rebuild it from a checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+
+from poslab.errors import ConfigError
+from poslab.model import GPT, GPTConfig
+
+
+def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
+    """GPT with the positional scheme of `config["pos"]` (instantiated from its `_target_`)."""
+    model_cfg = {k: v for k, v in config["model"].items() if not k.startswith("_")}
+    gpt_config = GPTConfig(vocab_size=vocab_size, **model_cfg)
+    try:
+        pos = instantiate(config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head)
+    except InstantiationException as err:
+        # a scheme's own ConfigError arrives wrapped by Hydra: surface it as it was raised
+        if isinstance(err.__cause__, ConfigError):
+            raise err.__cause__ from None
+        raise ConfigError(
+            f"cannot build pos={config['pos'].get('_target_')}: {err.__cause__ or err}"
+        ) from None
+    return GPT(gpt_config, pos)
+
+
+def load_checkpoint(
+    path: str | Path, pos_overrides: dict[str, Any] | None = None, map_location: str = "cpu"
+) -> tuple[GPT, dict[str, Any]]:
+    """(model in eval mode, resolved run config) from a checkpoint written by training.
+
+    `pos_overrides` changes options of the positional scheme before the model is rebuilt (for
+    eval-time variants such as `beyond_table=clamp`); the weights must still fit.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {path} does not exist; pass ckpt=PATH or run=RUN_DIR")
+    ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        hparams = ckpt["hyper_parameters"]
+        config, vocab_size = hparams["config"], hparams["vocab_size"]
+    except KeyError:
+        raise ConfigError(f"{path} is not a poslab checkpoint (no stored run config)") from None
+    if pos_overrides:
+        config = {**config, "pos": {**config["pos"], **pos_overrides}}
+    model = build_model(config, vocab_size)
+    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
+    model.load_state_dict(state)
+    model.eval()
+    return model, config

@@ -1,0 +1,385 @@
+"""Corpus loading (Hugging Face `datasets`), tokenizers (`tokenizers`), cached token ids, windows.
+
+A corpus is read once through `datasets` (from the hub by id, or from local split files), a
+tokenizer is trained on its train split, and every split's token ids are written to a cache folder
+keyed by the corpus and tokenizer settings, so a second run starts in seconds. Each line ends with
+an `<eos>` token, as in WikiText's standard word-level setup.
+
+For tokenizer-independent metrics every split also stores, per token, how many words and UTF-8
+bytes of the original text it completes: a line's counts sit on its `<eos>` token, so any set of
+scored tokens that covers whole lines sums to the exact word and byte counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from poslab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EOS = "<eos>"
+UNK = "<unk>"
+SPLITS = ("train", "validation", "test")
+# file names accepted for each split in a local folder: ../shared/data layout, then the official
+# WikiText release names
+SPLIT_FILES = {
+    "train": ("train.txt", "wiki.train.tokens"),
+    "validation": ("valid.txt", "validation.txt", "wiki.valid.tokens"),
+    "test": ("test.txt", "wiki.test.tokens"),
+}
+TOKENIZERS = ("word", "bpe")
+CACHE_VERSION = 1
+
+
+@dataclass
+class TokenizedSplit:
+    """Token ids of one split, and the words/bytes each token completes (see module doc)."""
+
+    ids: np.ndarray
+    words: np.ndarray
+    bytes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def head(self, max_tokens: int) -> TokenizedSplit:
+        """The first whole lines within `max_tokens` tokens (whole lines keep word and byte
+        counts exact)."""
+        line_ends = np.flatnonzero(np.asarray(self.words[:max_tokens]) > 0)
+        n = int(line_ends[-1]) + 1 if len(line_ends) else min(max_tokens, len(self.ids))
+        return TokenizedSplit(self.ids[:n], self.words[:n], self.bytes[:n])
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the corpus
+
+
+def local_split_files(path: str | Path) -> dict[str, str]:
+    """Map split -> file in a local folder; `path` may also be a single text file (train only)."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise ConfigError(f"data.path={path} does not exist; point it at a folder of split files")
+    if root.is_file():
+        return {"train": str(root)}
+    files = {}
+    for split, names in SPLIT_FILES.items():
+        for name in names:
+            if (root / name).is_file():
+                files[split] = str(root / name)
+                break
+    if "train" not in files:
+        raise ConfigError(
+            f"data.path={path} has no train split; expected one of {SPLIT_FILES['train']}"
+        )
+    for split, file in files.items():
+        if os.path.getsize(file) == 0:
+            raise ConfigError(f"data.path={path}: the {split} file {file} is empty")
+    return files
+
+
+def read_corpus(
+    hub_id: str | None,
+    hub_config: str | None,
+    path: str | None,
+    cache_dir: str,
+    valid_fraction: float = 0.0,
+) -> dict[str, list[str]]:
+    """Lines of each split, read through `datasets` (local text files or the hub)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    hf_cache = os.path.join(cache_dir, "hf_datasets")
+    if path is not None:
+        files = local_split_files(path)
+        loaded = datasets.load_dataset("text", data_files=files, cache_dir=hf_cache)
+    elif hub_id is not None:
+        try:
+            loaded = datasets.load_dataset(hub_id, hub_config, cache_dir=hf_cache)
+        except Exception as err:  # connection errors come in many types across versions
+            raise ConfigError(
+                f"could not load {hub_id} ({hub_config}) from the Hugging Face hub "
+                f"({type(err).__name__}); offline? pass data.path=DIR with train.txt, valid.txt, "
+                "test.txt"
+            ) from None
+    else:
+        raise ConfigError("no corpus given: set data.path=DIR (or data.hub_id for the hub)")
+    lines = {split: list(loaded[split]["text"]) for split in SPLITS if split in loaded}
+    if "validation" not in lines:
+        if not 0.0 < valid_fraction < 1.0:
+            raise ConfigError(
+                "the corpus has no validation split; add valid.txt or set data.valid_fraction "
+                "(e.g. 0.05) to hold out the end of train"
+            )
+        cut = int(len(lines["train"]) * (1.0 - valid_fraction))
+        lines["train"], lines["validation"] = lines["train"][:cut], lines["train"][cut:]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizers
+
+
+def train_tokenizer(lines: list[str], kind: str, vocab_size: int | None) -> Any:
+    """A `tokenizers.Tokenizer`: `word` (whitespace words) or byte-level `bpe`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if kind == "word":
+        tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=vocab_size or 100_000_000, min_frequency=0, special_tokens=[UNK, EOS]
+        )
+    elif kind == "bpe":
+        if not vocab_size:
+            raise ConfigError("data.tokenizer=bpe needs data.vocab_size (e.g. 8192)")
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[EOS],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+    else:
+        raise ConfigError(f"data.tokenizer={kind!r}; choose one of {TOKENIZERS}")
+    tokenizer.train_from_iterator(lines, trainer=trainer)
+    return tokenizer
+
+
+def encode_lines(tokenizer: Any, lines: list[str], chunk: int = 20_000) -> TokenizedSplit:
+    """Token ids of all lines, each followed by <eos>, with per-token word and byte counts."""
+    eos = tokenizer.token_to_id(EOS)
+    ids, words, nbytes = [], [], []
+    for start in range(0, len(lines), chunk):
+        batch = lines[start : start + chunk]
+        for line, enc in zip(batch, tokenizer.encode_batch(batch), strict=True):
+            line = line.rstrip("\n")
+            n = len(enc.ids)
+            ids.append(np.asarray(enc.ids + [eos], dtype=np.int32))
+            w = np.zeros(n + 1, dtype=np.int32)
+            b = np.zeros(n + 1, dtype=np.int32)
+            w[-1] = len(line.split()) + 1  # the words of the line and its end-of-line
+            b[-1] = len(line.encode("utf-8")) + 1  # its bytes and the newline
+            words.append(w)
+            nbytes.append(b)
+    if not ids:
+        return TokenizedSplit(*(np.zeros(0, dtype=np.int32) for _ in range(3)))
+    return TokenizedSplit(np.concatenate(ids), np.concatenate(words), np.concatenate(nbytes))
+
+
+# ---------------------------------------------------------------------------------------------
+# the cache
+
+
+def _atomic_save(path: Path, write: Any) -> None:
+    """Write through a temporary file in the same folder, then rename: a kill never leaves a
+    half-written cache file behind."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _source_identity(hub_id: str | None, hub_config: str | None, path: str | None) -> dict:
+    if path is None:
+        return {"hub_id": hub_id, "hub_config": hub_config}
+    files = local_split_files(path)
+    return {
+        split: [str(Path(f).resolve()), os.path.getsize(f), int(os.path.getmtime(f))]
+        for split, f in sorted(files.items())
+    }
+
+
+class TokenCache:
+    """Token ids and tokenizer of one corpus under one tokenizer setting, on disk."""
+
+    def __init__(
+        self,
+        name: str,
+        hub_id: str | None = None,
+        hub_config: str | None = None,
+        path: str | None = None,
+        tokenizer: str = "word",
+        vocab_size: int | None = None,
+        valid_fraction: float = 0.0,
+        cache_dir: str = ".cache/poslab",
+    ) -> None:
+        if tokenizer not in TOKENIZERS:
+            raise ConfigError(f"data.tokenizer={tokenizer!r}; choose one of {TOKENIZERS}")
+        self.settings = dict(
+            hub_id=hub_id,
+            hub_config=hub_config,
+            path=path,
+            tokenizer=tokenizer,
+            vocab_size=vocab_size,
+            valid_fraction=valid_fraction,
+        )
+        key = json.dumps(
+            {
+                "v": CACHE_VERSION,
+                "source": _source_identity(hub_id, hub_config, path),
+                "tokenizer": tokenizer,
+                "vocab_size": vocab_size,
+                "valid_fraction": valid_fraction,
+            },
+            sort_keys=True,
+        )
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        self.cache_dir = str(Path(cache_dir).expanduser())
+        self.folder = Path(self.cache_dir) / f"{name}-{tokenizer}-{digest}"
+
+    def _file(self, split: str, field: str) -> Path:
+        return self.folder / f"{split}.{field}.npy"
+
+    @property
+    def complete(self) -> bool:
+        return (self.folder / "meta.json").is_file()
+
+    def build(self) -> None:
+        """Read, tokenize and write every split (meta.json last: it marks the cache complete)."""
+        s = self.settings
+        log.info("tokenizing %s into %s", s["path"] or s["hub_id"], self.folder)
+        lines = read_corpus(
+            s["hub_id"], s["hub_config"], s["path"], self.cache_dir, s["valid_fraction"]
+        )
+        tokenizer = train_tokenizer(lines["train"], s["tokenizer"], s["vocab_size"])
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _atomic_save(self.folder / "tokenizer.json", lambda p: tokenizer.save(p))
+        meta = {"settings": s, "vocab_size": tokenizer.get_vocab_size(), "splits": {}}
+        for split, split_lines in lines.items():
+            tokens = encode_lines(tokenizer, split_lines)
+            for field in ("ids", "words", "bytes"):
+                array = getattr(tokens, field)
+                _atomic_save(
+                    self._file(split, field), lambda p, a=array: np.save(p, a, allow_pickle=False)
+                )
+            meta["splits"][split] = {
+                "tokens": len(tokens),
+                "words": int(tokens.words.sum()),
+                "bytes": int(tokens.bytes.sum()),
+            }
+        _atomic_save(self.folder / "meta.json", lambda p: Path(p).write_text(json.dumps(meta)))
+
+    def meta(self) -> dict:
+        if not self.complete:
+            self.build()
+        return json.loads((self.folder / "meta.json").read_text())
+
+    def split(self, split: str) -> TokenizedSplit:
+        meta = self.meta()
+        if split not in meta["splits"]:
+            raise ConfigError(
+                f"the corpus has no {split!r} split (has {sorted(meta['splits'])}); "
+                "pick another split"
+            )
+        arrays = [np.load(self._file(split, f), mmap_mode="r") for f in ("ids", "words", "bytes")]
+        return TokenizedSplit(*arrays)
+
+    def tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
+        self.meta()
+        return Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+
+
+# ---------------------------------------------------------------------------------------------
+# training windows and the Lightning data module
+
+
+class TokenWindows(Dataset):
+    """Contiguous, non-overlapping windows: input ids[i·L : i·L+L], target shifted by one."""
+
+    def __init__(self, ids: np.ndarray, seq_len: int, split: str = "train") -> None:
+        if len(ids) < seq_len + 1:
+            raise ConfigError(
+                f"data.seq_len={seq_len} is longer than the {split} split ({len(ids)} tokens); "
+                "lower data.seq_len or use a larger corpus"
+            )
+        self.ids = ids
+        self.seq_len = seq_len
+
+    def __len__(self) -> int:
+        return (len(self.ids) - 1) // self.seq_len
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = i * self.seq_len
+        chunk = torch.from_numpy(np.asarray(self.ids[start : start + self.seq_len + 1], np.int64))
+        return chunk[:-1], chunk[1:]
+
+
+class LMDataModule(L.LightningDataModule):
+    """Train/validation windows of `seq_len` tokens from a cached, tokenized corpus."""
+
+    def __init__(
+        self,
+        name: str,
+        seq_len: int,
+        batch_size: int,
+        hub_id: str | None = None,
+        hub_config: str | None = None,
+        path: str | None = None,
+        tokenizer: str = "word",
+        vocab_size: int | None = None,
+        valid_fraction: float = 0.0,
+        cache_dir: str = ".cache/poslab",
+        word_level: bool = False,
+        num_workers: int = 0,
+        eval_batch_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if seq_len < 1 or batch_size < 1:
+            raise ConfigError(
+                f"data.seq_len={seq_len} and data.batch_size={batch_size} must be ≥ 1"
+            )
+        self.cache = TokenCache(
+            name, hub_id, hub_config, path, tokenizer, vocab_size, valid_fraction, cache_dir
+        )
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers = num_workers
+        self.word_level = word_level
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.cache.meta()["vocab_size"])
+
+    def prepare_data(self) -> None:
+        self.cache.meta()
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_set = TokenWindows(self.cache.split("train").ids, self.seq_len, "train")
+        self.val_set = TokenWindows(self.cache.split("validation").ids, self.seq_len, "validation")
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(
+            self.val_set, batch_size=self.eval_batch_size, num_workers=self.num_workers
+        )

@@ -1,0 +1,150 @@
+"""Extrapolation results as files: JSON (everything), CSV, a Markdown table, PNG plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on servers
+import matplotlib.pyplot as plt  # noqa: E402
+
+CSV_FIELDS = [
+    "scheme", "train_length", "mode", "split", "length", "factor", "status", "tokens", "loss",
+    "ppl", "word_ppl", "bits_per_byte", "tokens_per_s", "seconds",
+]  # fmt: skip
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:,.{digits}f}" if value < 1e5 else f"{value:.3g}"
+
+
+def metric_name(rows: list[dict]) -> str:
+    """The tokenizer-independent metric of these rows: word_ppl or bits_per_byte."""
+    return (
+        "word_ppl"
+        if all(r.get("word_level") for r in rows if r["status"] == "ok")
+        else "bits_per_byte"
+    )
+
+
+def markdown_table(rows: list[dict], value: str = "ppl", row_key: str = "scheme") -> str:
+    """Rows = `row_key` values (schemes, or modes), columns = eval lengths, cells = `value`."""
+    lengths = sorted({r["length"] for r in rows})
+    keys = list(dict.fromkeys(r[row_key] for r in rows))
+    cell = {(r[row_key], r["length"]): r for r in rows}
+    head = f"| {row_key} | " + " | ".join(str(n) for n in lengths) + " |"
+    lines = [head, "|---" * (len(lengths) + 1) + "|"]
+    for key in keys:
+        values = []
+        for n in lengths:
+            r = cell.get((key, n))
+            values.append("—" if r is None or r["status"] != "ok" else fmt(r[value]))
+        lines.append(f"| {key} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for key in dict.fromkeys(r[series_key] for r in rows):
+        pts = sorted(
+            (r["length"], r["ppl"]) for r in rows if r[series_key] == key and r["status"] == "ok"
+        )
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", label=str(key))
+    train_lengths = {r["train_length"] for r in rows}
+    for n in train_lengths:
+        ax.axvline(n, color="grey", ls=":", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("evaluation length (tokens); dotted: training length")
+    ax.set_ylabel("perplexity")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_loss_vs_position(rows: list[dict], path: Path, title: str) -> None:
+    """Mean loss at each position bucket, one line per (scheme, length), log-x positions."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for r in rows:
+        if r["status"] != "ok" or not r.get("loss_by_position"):
+            continue
+        xs, ys = zip(*r["loss_by_position"], strict=True)
+        label = f"{r['scheme']} L={r['length']}" if "scheme" in r else f"L={r['length']}"
+        ax.plot([x + 1 for x in xs], ys, label=label, lw=1.2)
+    for n in {r["train_length"] for r in rows}:
+        ax.axvline(n, color="grey", ls=":", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("position in window (+1); dotted: training length")
+    ax.set_ylabel("mean loss (nats)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_reports(
+    rows: list[dict], out: Path, title: str, series_key: str = "mode"
+) -> dict[str, Path]:
+    """Write extrapolation.{json,csv,md} and the two plots to `out`; returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": out / "extrapolation.json",
+        "csv": out / "extrapolation.csv",
+        "md": out / "extrapolation.md",
+        "ppl_plot": out / "ppl_vs_length.png",
+        "position_plot": out / "loss_vs_position.png",
+    }
+    paths["json"].write_text(json.dumps(rows, indent=1))
+    with paths["csv"].open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    paths["md"].write_text(markdown(rows, title, series_key) + "\n")
+    plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, title)
+    plot_loss_vs_position(
+        [r for r in rows if r["mode"] == rows[0]["mode"]], paths["position_plot"], title
+    )
+    return paths
+
+
+def markdown(rows: list[dict], title: str, row_key: str) -> str:
+    """Tables of token perplexity and the tokenizer-independent metric; with row_key="scheme"
+    one pair of tables per mode (a comparison), with row_key="mode" one pair (a single run)."""
+    r0 = rows[0]
+    parts = [f"## {title}", f"\n{r0['split']} split, trained at L={r0['train_length']}."]
+    groups = (
+        {"all modes": rows}
+        if row_key == "mode"
+        else {
+            m: [r for r in rows if r["mode"] == m] for m in dict.fromkeys(r["mode"] for r in rows)
+        }
+    )
+    for name, sub in groups.items():
+        other = metric_name(sub)
+        parts += [
+            f"\n### token perplexity ({name})\n",
+            markdown_table(sub, "ppl", row_key),
+            f"\n### {other.replace('_', ' ')} ({name})\n",
+            markdown_table(sub, other, row_key),
+        ]
+    return "\n".join(parts)
+
+
+def load_rows(paths: Iterable[Path]) -> list[dict]:
+    rows = []
+    for p in paths:
+        rows += json.loads(Path(p).read_text())
+    return rows

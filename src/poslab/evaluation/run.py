@@ -1,0 +1,205 @@
+"""Evaluate a checkpoint at lengths beyond its training length: `python eval.py ckpt=PATH`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from poslab.build import load_checkpoint
+from poslab.data import TokenCache
+from poslab.errors import ConfigError
+from poslab.evaluation.perplexity import MODES, score
+from poslab.evaluation.report import markdown, metric_name, write_reports
+
+log = logging.getLogger(__name__)
+
+AUTOCAST = {"32-true": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+
+
+def checkpoint_of_run(run: str | Path) -> Path:
+    """The best checkpoint of a training run folder (last.ckpt if there is no best)."""
+    folder = Path(run) / "checkpoints"
+    for name in ("best.ckpt", "last.ckpt"):
+        if (folder / name).is_file():
+            return folder / name
+    raise ConfigError(f"run={run} has no checkpoints/best.ckpt or last.ckpt; pass ckpt=PATH")
+
+
+def eval_lengths(eval_cfg: Any, train_length: int) -> list[int]:
+    lengths = eval_cfg.lengths or [int(f * train_length) for f in eval_cfg.factors]
+    if not lengths or any(int(n) < 1 for n in lengths):
+        raise ConfigError(f"eval.lengths={list(lengths)} must be positive integers")
+    return sorted({int(n) for n in lengths})
+
+
+def cache_from_config(config: dict, data_path: str | None = None) -> TokenCache:
+    """The token cache the run trained on (the same ids and tokenizer), built if missing."""
+    data = config["data"]
+    return TokenCache(
+        name=data["name"],
+        hub_id=data.get("hub_id"),
+        hub_config=data.get("hub_config"),
+        path=data_path or data.get("path"),
+        tokenizer=data["tokenizer"],
+        vocab_size=data.get("vocab_size"),
+        valid_fraction=data.get("valid_fraction", 0.0),
+        cache_dir=data["cache_dir"],
+    )
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("eval.device=cuda but no CUDA device is visible; use eval.device=cpu")
+    return torch.device(name)
+
+
+def evaluate_checkpoint(
+    ckpt: str | Path,
+    eval_cfg: Any,
+    cache: TokenCache | None = None,
+    out_dir: str | Path | None = None,
+    wandb_run: Any = None,
+    data_path: str | None = None,
+) -> list[dict]:
+    """Score the checkpoint at every eval length and mode; write reports; return the rows."""
+    if isinstance(eval_cfg, DictConfig):
+        eval_cfg = OmegaConf.create(OmegaConf.to_container(eval_cfg, resolve=True))
+    for mode in eval_cfg.modes:
+        if mode not in MODES:
+            raise ConfigError(f"eval.modes has {mode!r}; choose from {MODES}")
+    if eval_cfg.split not in ("validation", "test"):
+        raise ConfigError(f"eval.split={eval_cfg.split!r}; choose validation or test")
+    if eval_cfg.unsupported not in ("error", "skip"):
+        raise ConfigError(f"eval.unsupported={eval_cfg.unsupported!r}; choose error or skip")
+    if eval_cfg.precision not in AUTOCAST:
+        raise ConfigError(f"eval.precision={eval_cfg.precision!r}; choose from {list(AUTOCAST)}")
+    pos_overrides = OmegaConf.to_container(eval_cfg.pos_overrides) if eval_cfg.pos_overrides else {}
+    model, config = load_checkpoint(ckpt, pos_overrides)
+    device = pick_device(eval_cfg.device)
+    model.to(device)
+    cache = cache or cache_from_config(config, data_path)
+    split = cache.split(eval_cfg.split)
+    if eval_cfg.max_tokens:
+        split = split.head(int(eval_cfg.max_tokens))
+    train_length = int(config["data"]["seq_len"])
+    lengths = eval_lengths(eval_cfg, train_length)
+    offset = int(eval_cfg.position_offset)
+    bucket = int(eval_cfg.bucket_size or max(1, train_length // 8))
+    scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
+    word_level = bool(config["data"].get("word_level"))
+
+    rows: list[dict] = []
+    for mode in eval_cfg.modes:
+        for length in lengths:
+            row = {
+                "scheme": scheme, "train_length": train_length, "mode": mode,
+                "split": eval_cfg.split, "length": length, "factor": length / train_length,
+                "word_level": word_level, "position_offset": offset, "status": "ok",
+            }  # fmt: skip
+            try:
+                model.pos.check_length(offset + length - 1)
+            except ConfigError as err:
+                if eval_cfg.unsupported == "error":
+                    raise
+                rows.append({**row, "status": f"skipped: {err}"})
+                continue
+            if len(split.ids) < 2:
+                raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
+            stride = int(eval_cfg.stride or max(1, length // 2)) if mode == "sliding" else None
+            result = score(
+                model, split, length, mode, stride,
+                batch_size=eval_cfg.batch_size, position_offset=offset, bucket_size=bucket,
+                autocast_dtype=AUTOCAST[eval_cfg.precision],
+            )  # fmt: skip
+            row.update({k: v for k, v in result.to_dict().items() if not k.startswith("bucket")})
+            row["loss_by_position"] = result.loss_by_position()
+            rows.append(row)
+            log.info(
+                "%s %s L=%d: ppl %.2f, %s %.3f (%d tokens, %.0f tok/s)", scheme, mode, length,
+                row["ppl"], metric_name([row]), row[metric_name([row])], row["tokens"],
+                row["tokens_per_s"],
+            )  # fmt: skip
+
+    out = Path(out_dir) if out_dir else default_out_dir(ckpt)
+    title = f"{scheme}: perplexity vs evaluation length"
+    paths = write_reports(rows, out / "extrapolation", title, series_key="mode")
+    print(markdown(rows, title, "mode"), flush=True)
+    print(f"\nwrote {', '.join(str(p) for p in paths.values())}", flush=True)
+    if wandb_run is not None and eval_cfg.log_wandb:
+        log_to_wandb(wandb_run, rows, paths)
+    return rows
+
+
+def default_out_dir(ckpt: str | Path) -> Path:
+    """The run folder of a checkpoint in <run>/checkpoints/, else the checkpoint's own folder."""
+    parent = Path(ckpt).resolve().parent
+    return parent.parent if parent.name == "checkpoints" else parent
+
+
+def log_to_wandb(run: Any, rows: list[dict], paths: dict[str, Path]) -> None:
+    """A table, a line plot per mode, and the PNGs, in the given W&B run."""
+    import wandb
+
+    ok = [r for r in rows if r["status"] == "ok"]
+    columns = ["scheme", "mode", "length", "factor", "ppl", "loss", metric_name(ok)]
+    table = wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in ok])
+    payload: dict[str, Any] = {"extrapolation/table": table}
+    for mode in dict.fromkeys(r["mode"] for r in ok):
+        sub = wandb.Table(
+            columns=["length", "ppl"],
+            data=[[r["length"], r["ppl"]] for r in ok if r["mode"] == mode],
+        )
+        payload[f"extrapolation/ppl_vs_length_{mode}"] = wandb.plot.line(
+            sub, "length", "ppl", title=f"perplexity vs eval length ({mode})"
+        )
+    payload["extrapolation/ppl_plot"] = wandb.Image(str(paths["ppl_plot"]))
+    payload["extrapolation/position_plot"] = wandb.Image(str(paths["position_plot"]))
+    run.log(payload)
+    for r in ok:
+        run.summary[f"extrapolation/{r['mode']}/ppl@{r['length']}"] = r["ppl"]
+
+
+def run_eval(cfg: DictConfig) -> list[dict]:
+    """Entry point of eval.py: pick the checkpoint, evaluate, optionally log to W&B."""
+    if bool(cfg.ckpt) == bool(cfg.run):
+        raise ConfigError("pass exactly one of ckpt=PATH (a .ckpt file) or run=RUN_DIR")
+    ckpt = Path(cfg.ckpt) if cfg.ckpt else checkpoint_of_run(cfg.run)
+    wandb_run = None
+    if cfg.eval.log_wandb and cfg.wandb:
+        wandb_run = start_eval_wandb_run(ckpt, cfg)
+    try:
+        return evaluate_checkpoint(
+            ckpt, cfg.eval, out_dir=cfg.out_dir, wandb_run=wandb_run, data_path=cfg.data_path
+        )
+    finally:
+        if wandb_run is not None:
+            wandb_run.finish()
+
+
+def start_eval_wandb_run(ckpt: Path, cfg: DictConfig) -> Any:
+    """A W&B run of job_type=eval in the training run's group (None if it used no W&B)."""
+    import wandb
+
+    from poslab.training import wandb_offline
+
+    config = torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]["config"]
+    logger = config.get("logger") or {}
+    if not str(logger.get("_target_", "")).endswith("WandbLogger"):
+        return None
+    out = default_out_dir(ckpt) if not cfg.out_dir else Path(cfg.out_dir)
+    return wandb.init(
+        project=logger.get("project", "poslab"),
+        group=logger.get("group") or config.get("run_name"),
+        name=f"{config.get('run_name', 'run')}-eval",
+        job_type="eval",
+        dir=str(out),
+        mode="offline" if wandb_offline(logger.get("offline")) else "online",
+        config={"eval": OmegaConf.to_container(cfg.eval, resolve=True), "train": config},
+        reinit="finish_previous",
+    )

@@ -1,0 +1,40 @@
+"""Learned absolute positions: a trainable table of `max_positions` vectors added to the tokens."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from poslab.errors import ConfigError
+from poslab.positions.base import PositionalScheme
+
+BEYOND_TABLE = ("error", "clamp")
+
+
+class LearnedPositions(PositionalScheme):
+    def __init__(
+        self, d_model: int, n_head: int, max_positions: int, beyond_table: str = "error"
+    ) -> None:
+        super().__init__(d_model, n_head)
+        if beyond_table not in BEYOND_TABLE:
+            raise ConfigError(f"pos.beyond_table={beyond_table!r}; choose one of {BEYOND_TABLE}")
+        self.max_positions = int(max_positions)
+        # "clamp" reuses the last row for every position past the table: an explicit opt-in,
+        # since a learned table has nothing to say about positions it never saw.
+        self.beyond_table = beyond_table
+        self.table = nn.Embedding(self.max_positions, d_model)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def check_length(self, max_position: int) -> None:
+        if max_position >= self.max_positions and self.beyond_table == "error":
+            raise ConfigError(
+                f"learned positions: position {max_position} is beyond the table of "
+                f"{self.max_positions} rows; raise pos.max_positions (training) or allow it with "
+                "pos.beyond_table=clamp (evaluation: eval.pos_overrides.beyond_table=clamp)"
+            )
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        if positions.numel():
+            self.check_length(int(positions.max()))
+        index = positions.clamp(max=self.max_positions - 1).to(torch.long)
+        return x + self.table(index).to(x.dtype)

@@ -1,0 +1,9 @@
+"""NoPE: no positional information at all; causal masking is the model's only cue to order."""
+
+from __future__ import annotations
+
+from poslab.positions.base import PositionalScheme
+
+
+class NoPositions(PositionalScheme):
+    """All hooks are the identity (inherited from the base class)."""

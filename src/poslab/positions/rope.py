@@ -1,0 +1,94 @@
+"""Rotary position embedding (RoFormer, Su et al. 2021).
+
+Each pair of rotated dims (x_a, x_b) of a query or key at position m turns by the angle m·θ_i,
+θ_i = base^(-2i/R) for the R rotated dims of a head. The q·k score of two rotated vectors then
+depends on their positions only through m - n. Two pairings are offered; they are equivalent up to
+a fixed permutation of the weights:
+
+* ``interleaved`` (RoFormer): dims 2i and 2i+1 rotate together;
+* ``half`` (GPT-NeoX / LLaMA "rotate half"): dims i and i + R/2 rotate together.
+
+``fraction`` < 1 rotates only the first R = fraction·head_dim dims (GPT-NeoX's rotary_pct); the
+rest pass through untouched. The rotation runs in fp32 and is cast back to the input dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from poslab.errors import ConfigError
+from poslab.positions.base import PositionalScheme, fp32_positions
+
+PAIRINGS = ("interleaved", "half")
+
+
+def rope_theta(rotary_dims: int, base: float) -> Tensor:
+    """θ_i = base^(-2i/R), i = 0 .. R/2-1, in fp32."""
+    return base ** (-torch.arange(0, rotary_dims, 2, dtype=torch.float32) / rotary_dims)
+
+
+def rotate(x: Tensor, angles: Tensor, pairing: str) -> Tensor:
+    """Rotate the pairs of `x` (..., T, R) by `angles` (T, R/2); fp32 in, fp32 out."""
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    if pairing == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+
+
+class Rotary(PositionalScheme):
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        base: float = 10000.0,
+        pairing: str = "interleaved",
+        fraction: float = 1.0,
+        learnable_theta: bool = False,
+    ) -> None:
+        super().__init__(d_model, n_head)
+        if pairing not in PAIRINGS:
+            raise ConfigError(f"pos.pairing={pairing!r}; choose one of {PAIRINGS}")
+        if not 0.0 < fraction <= 1.0:
+            raise ConfigError(f"pos.fraction={fraction} must be in (0, 1]")
+        rotary_dims = round(self.head_dim * fraction)
+        if rotary_dims % 2 or rotary_dims == 0:
+            raise ConfigError(
+                f"rope rotates pairs of dims, but pos.fraction={fraction} of head_dim="
+                f"{self.head_dim} gives {rotary_dims} dims; choose a fraction giving an even number"
+            )
+        self.rotary_dims = rotary_dims
+        self.pairing = pairing
+        self.base = float(base)
+        theta = rope_theta(rotary_dims, self.base)
+        # The θ of the RoFormer ablation: trainable, shared by all layers and heads, started at
+        # base^(-2i/R). theta_init is kept to report how far training moved it.
+        self.register_buffer("theta_init", theta.clone(), persistent=True)
+        if learnable_theta:
+            self.theta = nn.Parameter(theta)
+        else:
+            self.register_buffer("theta", theta, persistent=True)
+
+    def angles(self, positions: Tensor) -> Tensor:
+        """(T, R/2) fp32 angles m·θ_i."""
+        with torch.autocast(device_type=positions.device.type, enabled=False):
+            return fp32_positions(positions)[:, None] * self.theta.float()[None, :]
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        angles = self.angles(positions)
+        r = self.rotary_dims
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            q_rot = rotate(q[..., :r].float(), angles, self.pairing).to(q.dtype)
+            k_rot = rotate(k[..., :r].float(), angles, self.pairing).to(k.dtype)
+        if r == q.shape[-1]:
+            return q_rot, k_rot
+        return torch.cat((q_rot, q[..., r:]), dim=-1), torch.cat((k_rot, k[..., r:]), dim=-1)
+
+    def metrics(self) -> dict[str, Tensor]:
+        if not isinstance(self.theta, nn.Parameter):
+            return {}
+        rel = ((self.theta.detach() - self.theta_init) / self.theta_init).abs()
+        return {"theta_rel_change_mean": rel.mean(), "theta_rel_change_max": rel.max()}

@@ -1,0 +1,41 @@
+"""Fixed sinusoidal positions of Vaswani et al. (2017), added to the token embeddings.
+
+PE(p, 2i) = sin(p / base^(2i/d)),  PE(p, 2i+1) = cos(p / base^(2i/d)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from poslab.positions.base import PositionalScheme, fp32_positions
+
+
+def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
+    """(T, d_model) fp32 encoding of the given positions, sin on even dims and cos on odd."""
+    p = fp32_positions(positions)
+    inv_freq = base ** (
+        -torch.arange(0, d_model, 2, device=p.device, dtype=torch.float32) / d_model
+    )
+    angles = p[:, None] * inv_freq[None, :]
+    table = torch.empty(p.shape[0], d_model, device=p.device, dtype=torch.float32)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return table
+
+
+class SinusoidalPositions(PositionalScheme):
+    def __init__(
+        self, d_model: int, n_head: int, base: float = 10000.0, scale: float | None = None
+    ) -> None:
+        super().__init__(d_model, n_head)
+        self.base = float(base)
+        # Token embeddings start at std 0.02; a unit-amplitude encoding would drown them, so the
+        # default scale is 1/sqrt(d_model) (as x-transformers' scaled sinusoidal embedding).
+        self.scale = 1.0 / math.sqrt(d_model) if scale is None else float(scale)
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        table = sinusoidal_table(positions, self.d_model, self.base) * self.scale
+        return x + table.to(x.dtype)

@@ -1,0 +1,46 @@
+"""T5 relative position bias (Raffel et al. 2020): a learned scalar per head and distance bucket.
+
+Distances are bucketed causally: exact buckets for small distances, logarithmic ones up to
+`max_distance`, and everything farther shares the last bucket. One table serves all layers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from poslab.positions.base import PositionalScheme, relative_distance
+
+
+def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
+    """Causal bucket index for `distance` = q_pos - k_pos (negative distances map to bucket 0)."""
+    d = distance.float().clamp(min=0)
+    max_exact = num_buckets // 2
+    # log-spaced buckets from max_exact up to max_distance, computed in fp32
+    log_ratio = torch.log(d.clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    log_bucket = max_exact + (log_ratio * (num_buckets - max_exact)).to(torch.long)
+    log_bucket = log_bucket.clamp(max=num_buckets - 1)
+    return torch.where(d < max_exact, d.to(torch.long), log_bucket)
+
+
+class T5Bias(PositionalScheme):
+    has_attention_bias = True
+
+    def __init__(
+        self, d_model: int, n_head: int, num_buckets: int = 32, max_distance: int = 128
+    ) -> None:
+        super().__init__(d_model, n_head)
+        self.num_buckets = int(num_buckets)
+        self.max_distance = int(max_distance)
+        # zero init: training starts with no positional preference (the causal mask alone)
+        self.bias = nn.Embedding(self.num_buckets, n_head)
+        nn.init.zeros_(self.bias.weight)
+
+    def attention_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        with torch.autocast(device_type=q_positions.device.type, enabled=False):
+            buckets = t5_bucket(
+                relative_distance(q_positions, k_positions), self.num_buckets, self.max_distance
+            )
+            return self.bias(buckets).float().permute(2, 0, 1)
