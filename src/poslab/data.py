@@ -198,6 +198,11 @@ def _atomic_save(path: Path, write: Any) -> None:
             os.remove(tmp)
 
 
+def _save_npy(path: str, array: np.ndarray) -> None:
+    with open(path, "wb") as f:  # a file object: np.save would append ".npy" to a name
+        np.save(f, array, allow_pickle=False)
+
+
 def _source_identity(hub_id: str | None, hub_config: str | None, path: str | None) -> dict:
     if path is None:
         return {"hub_id": hub_id, "hub_config": hub_config}
