@@ -273,9 +273,7 @@ class TokenCache:
             tokens = encode_lines(tokenizer, split_lines)
             for field in ("ids", "words", "bytes"):
                 array = getattr(tokens, field)
-                _atomic_save(
-                    self._file(split, field), lambda p, a=array: np.save(p, a, allow_pickle=False)
-                )
+                _atomic_save(self._file(split, field), lambda p, a=array: _save_npy(p, a))
             meta["splits"][split] = {
                 "tokens": len(tokens),
                 "words": int(tokens.words.sum()),
