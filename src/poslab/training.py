@@ -69,9 +69,9 @@ def build_logger(cfg: DictConfig, out: Path) -> Any:
     if logger_cfg["_target_"].endswith("WandbLogger"):
         offline = wandb_offline(logger_cfg.pop("offline", None))
         logger_cfg["group"] = logger_cfg.get("group") or sweep_group()
-        kwargs.update(offline=offline, config=OmegaConf.to_container(cfg, resolve=True))
-        # each job of a sweep is its own W&B run
-        kwargs["reinit"] = "finish_previous"
+        # each job of a sweep is its own W&B run; the resolved config arrives through the
+        # LightningModule's hyperparameters
+        kwargs.update(offline=offline, reinit="finish_previous")
     return instantiate(logger_cfg, **kwargs)
 
 

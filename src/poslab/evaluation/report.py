@@ -96,27 +96,34 @@ def plot_loss_vs_position(rows: list[dict], path: Path, title: str) -> None:
 
 
 def write_reports(
-    rows: list[dict], out: Path, title: str, series_key: str = "mode"
+    rows: list[dict],
+    out: Path,
+    title: str,
+    series_key: str = "mode",
+    stem: str = "extrapolation",
+    text: str | None = None,
+    position_rows: list[dict] | None = None,
 ) -> dict[str, Path]:
-    """Write extrapolation.{json,csv,md} and the two plots to `out`; returns the paths."""
+    """Write {stem}.json/.csv/.md, {stem}_ppl.png (ppl vs length, one line per `series_key`)
+    and {stem}_loss_by_position.png to `out`; returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {
-        "json": out / "extrapolation.json",
-        "csv": out / "extrapolation.csv",
-        "md": out / "extrapolation.md",
-        "ppl_plot": out / "ppl_vs_length.png",
-        "position_plot": out / "loss_vs_position.png",
+        "json": out / f"{stem}.json",
+        "csv": out / f"{stem}.csv",
+        "md": out / f"{stem}.md",
+        "ppl_plot": out / f"{stem}_ppl.png",
+        "position_plot": out / f"{stem}_loss_by_position.png",
     }
     paths["json"].write_text(json.dumps(rows, indent=1))
     with paths["csv"].open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    paths["md"].write_text(markdown(rows, title, series_key) + "\n")
+    paths["md"].write_text((text or markdown(rows, title, series_key)) + "\n")
     plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, title)
-    plot_loss_vs_position(
-        [r for r in rows if r["mode"] == rows[0]["mode"]], paths["position_plot"], title
-    )
+    if position_rows is None:
+        position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
+    plot_loss_vs_position(position_rows, paths["position_plot"], f"{title}: loss by position")
     return paths
 
 
