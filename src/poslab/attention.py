@@ -45,6 +45,8 @@ def causal_attention(
                 q[:, :, start:end],
                 k[:, :, :end],
                 v[:, :, :end],
+                # the bias is exact in fp32; in bf16 only large magnitudes round (-8190/256 and
+                # -8192/256 both become -32), i.e. keys whose softmax weight is ~e^-32 anyway
                 attn_mask=bias.to(q.dtype).unsqueeze(0),
                 dropout_p=dropout_p,
             )

@@ -41,7 +41,7 @@ SPLIT_FILES = {
     "test": ("test.txt", "wiki.test.tokens"),
 }
 TOKENIZERS = ("word", "bpe")
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass
@@ -268,7 +268,10 @@ class TokenCache:
         tokenizer = train_tokenizer(lines["train"], s["tokenizer"], s["vocab_size"])
         self.folder.mkdir(parents=True, exist_ok=True)
         _atomic_save(self.folder / "tokenizer.json", lambda p: tokenizer.save(p))
-        meta = {"settings": s, "vocab_size": tokenizer.get_vocab_size(), "splits": {}}
+        # ids, not the count of entries: the trainer may leave a gap (a special token that is
+        # also a corpus word, like WikiText's <unk>, is counted twice but stored once)
+        vocab_size = max(tokenizer.get_vocab().values()) + 1
+        meta = {"settings": s, "vocab_size": vocab_size, "splits": {}}
         for split, split_lines in lines.items():
             tokens = encode_lines(tokenizer, split_lines)
             for field in ("ids", "words", "bytes"):

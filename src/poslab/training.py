@@ -123,32 +123,35 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
     )
     trainer: L.Trainer = instantiate(trainer_cfg, logger=logger, callbacks=[checkpoint])
 
-    metrics: dict[str, float] = {}
-    if cfg.train.validate_before_fit:
-        # the step-0 baseline, so "validation loss falls" is visible in every log
-        (initial,) = trainer.validate(module, datamodule=datamodule, verbose=False)
-        metrics["val/loss_initial"] = initial["val/loss"]
-    trainer.fit(module, datamodule=datamodule)
-    metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
-    metrics["best_val_loss"] = float(checkpoint.best_model_score or float("nan"))
-    log.info("best checkpoint: %s", checkpoint.best_model_path)
-    if "val/loss_initial" in metrics:
-        log.info(
-            "val/loss %.4f at step 0 -> %.4f best",
-            metrics["val/loss_initial"],
-            metrics["best_val_loss"],
-        )
+    try:
+        metrics: dict[str, float] = {}
+        if cfg.train.validate_before_fit:
+            # the step-0 baseline, so "validation loss falls" is visible in every log
+            (initial,) = trainer.validate(module, datamodule=datamodule, verbose=False)
+            metrics["val/loss_initial"] = initial["val/loss"]
+        trainer.fit(module, datamodule=datamodule)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
+        metrics["best_val_loss"] = float(checkpoint.best_model_score or float("nan"))
+        log.info("best checkpoint: %s", checkpoint.best_model_path)
+        if "val/loss_initial" in metrics:
+            log.info(
+                "val/loss %.4f at step 0 -> %.4f best",
+                metrics["val/loss_initial"],
+                metrics["best_val_loss"],
+            )
 
-    if cfg.eval.after_train and trainer.is_global_zero:
-        from poslab.evaluation.run import evaluate_checkpoint
+        if cfg.eval.after_train and trainer.is_global_zero:
+            from poslab.evaluation.run import evaluate_checkpoint
 
-        evaluate_checkpoint(
-            checkpoint.best_model_path or checkpoint.last_model_path,
-            cfg.eval,
-            cache=datamodule.cache,
-            out_dir=out,
-            wandb_run=logger.experiment if isinstance(logger, WandbLogger) else None,
-        )
-    if isinstance(logger, WandbLogger):
-        logger.experiment.finish()
+            evaluate_checkpoint(
+                checkpoint.best_model_path or checkpoint.last_model_path,
+                cfg.eval,
+                cache=datamodule.cache,
+                out_dir=out,
+                wandb_run=logger.experiment if isinstance(logger, WandbLogger) else None,
+            )
+    finally:
+        if isinstance(logger, WandbLogger):
+            # finish even after a crash: the next job of a sweep must start its own W&B run
+            logger.experiment.finish()
     return metrics

@@ -11,6 +11,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme, relative_distance
 
 
@@ -32,6 +33,11 @@ class T5Bias(PositionalScheme):
         self, d_model: int, n_head: int, num_buckets: int = 32, max_distance: int = 128
     ) -> None:
         super().__init__(d_model, n_head)
+        if num_buckets < 2 or max_distance <= num_buckets // 2:
+            raise ConfigError(
+                f"t5 needs pos.num_buckets ≥ 2 and pos.max_distance > num_buckets/2 (the exact "
+                f"buckets); got num_buckets={num_buckets}, max_distance={max_distance}"
+            )
         self.num_buckets = int(num_buckets)
         self.max_distance = int(max_distance)
         # zero init: training starts with no positional preference (the causal mask alone)
