@@ -13,19 +13,23 @@ from poslab.errors import ConfigError
 from poslab.model import GPT, GPTConfig
 
 
+def instantiate_checked(config: Any, **kwargs: Any) -> Any:
+    """`hydra.utils.instantiate`, but a ConfigError raised by the target arrives as itself (Hydra
+    wraps it), and a bad argument becomes a ConfigError naming the target."""
+    try:
+        return instantiate(config, **kwargs)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, ConfigError):
+            raise err.__cause__ from None
+        target = config.get("_target_") if hasattr(config, "get") else config
+        raise ConfigError(f"cannot build {target}: {err.__cause__ or err}") from None
+
+
 def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
     """GPT with the positional scheme of `config["pos"]` (instantiated from its `_target_`)."""
     model_cfg = {k: v for k, v in config["model"].items() if not k.startswith("_")}
     gpt_config = GPTConfig(vocab_size=vocab_size, **model_cfg)
-    try:
-        pos = instantiate(config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head)
-    except InstantiationException as err:
-        # a scheme's own ConfigError arrives wrapped by Hydra: surface it as it was raised
-        if isinstance(err.__cause__, ConfigError):
-            raise err.__cause__ from None
-        raise ConfigError(
-            f"cannot build pos={config['pos'].get('_target_')}: {err.__cause__ or err}"
-        ) from None
+    pos = instantiate_checked(config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head)
     return GPT(gpt_config, pos)
 
 

@@ -12,11 +12,11 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
+from poslab.build import instantiate_checked
 from poslab.lit import LanguageModel
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def build_logger(cfg: DictConfig, out: Path) -> Any:
         # each job of a sweep is its own W&B run; the resolved config arrives through the
         # LightningModule's hyperparameters
         kwargs.update(offline=offline, reinit="finish_previous")
-    return instantiate(logger_cfg, **kwargs)
+    return instantiate_checked(logger_cfg, **kwargs)
 
 
 def max_steps_for(cfg: DictConfig) -> int:
@@ -89,7 +89,7 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
     torch.set_float32_matmul_precision("high")
     config = OmegaConf.to_container(cfg, resolve=True)
 
-    datamodule = instantiate(cfg.data)
+    datamodule = instantiate_checked(cfg.data)
     vocab_size = datamodule.vocab_size
     module = LanguageModel(config, vocab_size)
     # fail before training, not at step N, if the scheme cannot cover the training length
@@ -121,7 +121,7 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         check_val_every_n_epoch=None,
         default_root_dir=str(out),
     )
-    trainer: L.Trainer = instantiate(trainer_cfg, logger=logger, callbacks=[checkpoint])
+    trainer: L.Trainer = instantiate_checked(trainer_cfg, logger=logger, callbacks=[checkpoint])
 
     try:
         metrics: dict[str, float] = {}
