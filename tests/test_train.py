@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, SCHEMES, TINY, compose_train, train_in_process
+from conftest import REPO, SCHEMES, TINY, WIKITEXT2, compose_train, train_in_process
 
 from poslab.build import load_checkpoint
 from poslab.errors import ConfigError
@@ -127,7 +127,7 @@ def test_hub_unreachable_says_pass_data_path(tmp_path):
     # HF_HUB_OFFLINE=1 (set for the session) makes the hub fail at once instead of timing out
     code = (
         "from poslab.data import read_corpus\n"
-        "read_corpus('Salesforce/wikitext', 'wikitext-2-v1', None, r'%s')\n" % tmp_path
+        f"read_corpus('Salesforce/wikitext', 'wikitext-2-v1', None, r'{tmp_path}')\n"
     )
     result = run_cli(["-c", code], tmp_path, {"HF_HOME": str(tmp_path / "hf")})
     assert result.returncode != 0
@@ -155,3 +155,20 @@ def test_train_py_multirun_each_job_its_own_offline_wandb_run(corpus, tmp_path):
                ("0_rope-tiny-L16", "1_alibi-tiny-L16"))  # fmt: skip
     table = (sweep / "comparison" / "comparison.md").read_text()
     assert "| rope |" in table and "| alibi |" in table
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not WIKITEXT2.is_dir(), reason="../shared/data/wikitext-2 not present")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_acceptance_command_on_wikitext2(scheme, tmp_path):
+    """Issue #2's acceptance run on the real corpus (about a minute per scheme on 2 cores)."""
+    result = run_cli(
+        [str(REPO / "train.py"), f"pos={scheme}", f"data.path={WIKITEXT2}", "model=tiny",
+         "data.seq_len=64", "trainer.max_steps=60", "logger=csv", "eval.after_train=false",
+         f"hydra.run.dir={tmp_path}"],
+        tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "checkpoints" / "best.ckpt").is_file()
+    val = [float(r["val/loss"]) for r in metrics_csv(tmp_path) if r.get("val/loss")]
+    assert val[-1] < val[0]

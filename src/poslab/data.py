@@ -157,6 +157,11 @@ def train_tokenizer(lines: list[str], kind: str, vocab_size: int | None) -> Any:
     else:
         raise ConfigError(f"data.tokenizer={kind!r}; choose one of {TOKENIZERS}")
     tokenizer.train_from_iterator(lines, trainer=trainer)
+    if kind == "word":
+        # the trainer leaves a hole in the ids when a special token is also a corpus word (as
+        # WikiText's <unk>): renumber so ids are 0..V-1 and V is the true number of types
+        by_id = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+        tokenizer.model = models.WordLevel({w: i for i, (w, _) in enumerate(by_id)}, unk_token=UNK)
     return tokenizer
 
 

@@ -28,6 +28,9 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True  # biases in Linear and LayerNorm layers
     attn_block_size: int = 1024  # query block of the bias-aware attention path
+    # multiply token embeddings by sqrt(d_model) (Vaswani et al.; fairseq, the ALiBi paper's
+    # code): added position vectors of unit amplitude then meet token vectors of similar size
+    scale_embeddings: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -130,7 +133,10 @@ class GPT(nn.Module):
                 f"positions must be a 1-D tensor with one entry per token ({idx.shape[1]}), "
                 f"got shape {tuple(positions.shape)}"
             )
-        x = self.drop(self.pos.embed(self.tok_emb(idx), positions))
+        tokens = self.tok_emb(idx)
+        if self.config.scale_embeddings:
+            tokens = tokens * math.sqrt(self.config.d_model)
+        x = self.drop(self.pos.embed(tokens, positions))
         for block in self.blocks:
             x = block(x, positions, self.pos)
         return self.ln_f(x)

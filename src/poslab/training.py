@@ -76,7 +76,15 @@ def build_logger(cfg: DictConfig, out: Path) -> Any:
 
 
 def max_steps_for(cfg: DictConfig) -> int:
-    tokens_per_step = cfg.data.batch_size * cfg.data.seq_len * cfg.trainer.get("devices", 1)
+    """trainer.max_steps, or the steps that spend train.max_tokens (optimizer steps: batch ×
+    seq_len × gradient accumulation × devices tokens each)."""
+    devices = cfg.trainer.get("devices", 1)
+    tokens_per_step = (
+        cfg.data.batch_size
+        * cfg.data.seq_len
+        * cfg.trainer.get("accumulate_grad_batches", 1)
+        * (devices if isinstance(devices, int) else 1)
+    )
     if cfg.train.get("max_tokens"):
         return math.ceil(cfg.train.max_tokens / tokens_per_step)
     return int(cfg.trainer.max_steps)

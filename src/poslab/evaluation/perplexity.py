@@ -65,10 +65,10 @@ class ScoreResult:
     def bits_per_byte(self) -> float:
         return self.nll / max(1, self.bytes) / math.log(2)
 
-    def loss_by_position(self) -> list[tuple[int, float]]:
-        """(first position of the bucket, mean loss) for every non-empty bucket."""
+    def loss_by_position(self) -> list[tuple[int, float, int]]:
+        """(first position of the bucket, mean loss, tokens) for every non-empty bucket."""
         return [
-            (i * self.bucket_size, s / c)
+            (i * self.bucket_size, s / c, c)
             for i, (s, c) in enumerate(zip(self.bucket_nll, self.bucket_count, strict=True))
             if c
         ]

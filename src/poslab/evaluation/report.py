@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 CSV_FIELDS = [
     "scheme", "train_length", "mode", "split", "length", "factor", "status", "tokens", "loss",
@@ -50,19 +51,31 @@ def markdown_table(rows: list[dict], value: str = "ppl", row_key: str = "scheme"
     return "\n".join(lines)
 
 
+def series_label(row: dict, series_key: str, several_modes: bool) -> str:
+    if series_key == "mode" or not several_modes:
+        return str(row[series_key])
+    return f"{row[series_key]} ({row['mode']})"
+
+
 def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:
+    """Perplexity vs eval length on log axes, one line per scheme (or mode)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for key in dict.fromkeys(r[series_key] for r in rows):
-        pts = sorted(
-            (r["length"], r["ppl"]) for r in rows if r[series_key] == key and r["status"] == "ok"
-        )
-        if pts:
-            ax.plot(*zip(*pts, strict=True), marker="o", label=str(key))
+    several_modes = len({r["mode"] for r in rows}) > 1
+    series: dict[str, list] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            series.setdefault(series_label(r, series_key, several_modes), []).append(
+                (r["length"], r["ppl"])
+            )
+    for label, pts in series.items():
+        ax.plot(*zip(*sorted(pts), strict=True), marker="o", label=label)
     train_lengths = {r["train_length"] for r in rows}
     for n in train_lengths:
         ax.axvline(n, color="grey", ls=":", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("evaluation length (tokens); dotted: training length")
     ax.set_ylabel("perplexity")
     ax.set_title(title)
@@ -73,15 +86,27 @@ def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str
     plt.close(fig)
 
 
+def log_binned(buckets: list[list], bins_per_octave: int = 6) -> tuple[list[float], list[float]]:
+    """Token-weighted mean loss in log-spaced position bins (a readable curve on a log axis
+    from the fine, equal-width buckets stored in the results)."""
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    for start, mean, count in buckets:
+        b = int(math.floor(math.log2(start + 1) * bins_per_octave))
+        sums[b] = sums.get(b, 0.0) + mean * count
+        counts[b] = counts.get(b, 0) + count
+    keys = sorted(sums)
+    return [2 ** ((b + 0.5) / bins_per_octave) for b in keys], [sums[b] / counts[b] for b in keys]
+
+
 def plot_loss_vs_position(rows: list[dict], path: Path, title: str) -> None:
-    """Mean loss at each position bucket, one line per (scheme, length), log-x positions."""
+    """Mean loss by position in the window, one line per (scheme, length), log-x positions."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in rows:
         if r["status"] != "ok" or not r.get("loss_by_position"):
             continue
-        xs, ys = zip(*r["loss_by_position"], strict=True)
-        label = f"{r['scheme']} L={r['length']}" if "scheme" in r else f"L={r['length']}"
-        ax.plot([x + 1 for x in xs], ys, label=label, lw=1.2)
+        xs, ys = log_binned(r["loss_by_position"])
+        ax.plot(xs, ys, label=f"{r['scheme']} L={r['length']}", lw=1.4)
     for n in {r["train_length"] for r in rows}:
         ax.axvline(n, color="grey", ls=":", lw=1)
     ax.set_xscale("log", base=2)

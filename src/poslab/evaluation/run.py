@@ -84,13 +84,19 @@ def evaluate_checkpoint(
     device = pick_device(eval_cfg.device)
     model.to(device)
     cache = cache or cache_from_config(config, data_path)
+    if cache.meta()["vocab_size"] != model.config.vocab_size:
+        raise ConfigError(
+            f"the token cache {cache.folder} has a vocabulary of {cache.meta()['vocab_size']} but "
+            f"the checkpoint was trained with {model.config.vocab_size}; pass the corpus it was "
+            "trained on (data_path=) with the same tokenizer settings"
+        )
     split = cache.split(eval_cfg.split)
     if eval_cfg.max_tokens:
         split = split.head(int(eval_cfg.max_tokens))
     train_length = int(config["data"]["seq_len"])
     lengths = eval_lengths(eval_cfg, train_length)
     offset = int(eval_cfg.position_offset)
-    bucket = int(eval_cfg.bucket_size or max(1, train_length // 8))
+    bucket = int(eval_cfg.bucket_size or max(1, train_length // 32))
     scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
     word_level = bool(config["data"].get("word_level"))
 

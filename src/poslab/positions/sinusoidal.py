@@ -28,12 +28,13 @@ def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> 
 
 class SinusoidalPositions(PositionalScheme):
     def __init__(
-        self, d_model: int, n_head: int, base: float = 10000.0, scale: float | None = None
+        self, d_model: int, n_head: int, base: float = 10000.0, scale: float | None = 1.0
     ) -> None:
         super().__init__(d_model, n_head)
         self.base = float(base)
-        # Token embeddings start at std 0.02; a unit-amplitude encoding would drown them, so the
-        # default scale is 1/sqrt(d_model) (as x-transformers' scaled sinusoidal embedding).
+        # 1.0: the original unit-amplitude encoding, sized for token embeddings scaled by
+        # sqrt(d_model) (model.scale_embeddings); null: 1/sqrt(d_model), x-transformers' choice
+        # for unscaled embeddings
         self.scale = 1.0 / math.sqrt(d_model) if scale is None else float(scale)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:

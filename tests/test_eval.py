@@ -1,0 +1,266 @@
+"""Extrapolation evaluation: metric definitions, long-length path, offsets, files, comparison."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import REPO
+from omegaconf import OmegaConf
+
+from poslab.data import TokenizedSplit
+from poslab.errors import ConfigError
+from poslab.evaluation.compare import compare, shape_checks
+from poslab.evaluation.perplexity import make_windows, score
+from poslab.evaluation.run import evaluate_checkpoint
+from poslab.model import GPT, GPTConfig
+from poslab.positions import (
+    ALiBi,
+    NoPositions,
+    Rotary,
+    SinusoidalPositions,
+    T5Bias,
+)
+
+VOCAB = 37
+
+
+def tiny_model(scheme_cls, block: int = 1024, **kw) -> GPT:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=4, d_model=32, attn_block_size=block),
+                scheme_cls(32, 4, **kw))  # fmt: skip
+    with torch.no_grad():  # larger weights, so positions visibly matter
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    return model.eval()
+
+
+def toy_split(n: int = 203, seed: int = 1) -> TokenizedSplit:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, VOCAB, n).astype(np.int32)
+    words = rng.integers(0, 3, n).astype(np.int32)
+    nbytes = rng.integers(0, 9, n).astype(np.int32)
+    return TokenizedSplit(ids, words, nbytes)
+
+
+def direct_nonoverlapping(model: GPT, ids: np.ndarray, length: int) -> tuple[float, int]:
+    """The definition: consecutive windows of `length` inputs, each scored from scratch."""
+    x = torch.from_numpy(ids.astype(np.int64))
+    total, count = 0.0, 0
+    for start in range(0, len(x) - 1, length):
+        inputs = x[start : start + length]
+        targets = x[start + 1 : start + length + 1]
+        inputs = inputs[: len(targets)]
+        logits = model(inputs[None])[0]
+        total += F.cross_entropy(logits.double(), targets, reduction="sum").item()
+        count += len(targets)
+    return total, count
+
+
+@pytest.mark.parametrize("length", [8, 16, 50, 500])
+def test_nonoverlapping_equals_direct_computation(length):
+    model, data = tiny_model(Rotary), toy_split()
+    result = score(model, data, length, "nonoverlapping", batch_size=3, progress=False)
+    nll, count = direct_nonoverlapping(model, data.ids, length)
+    assert result.tokens == count == len(data.ids) - 1
+    assert result.nll == pytest.approx(nll, rel=1e-5)
+    assert result.ppl == pytest.approx(math.exp(nll / count), rel=1e-5)
+
+
+def test_sliding_windows_score_every_token_once_with_enough_context():
+    for n, length, stride in [(203, 16, 4), (203, 16, 16), (10, 16, 4), (100, 7, 3)]:
+        windows = make_windows(n, length, "sliding", stride)
+        scored = []
+        for w in windows:
+            assert w.length <= length
+            for j in range(w.score_from, w.length):
+                target = w.start + 1 + j
+                scored.append(target)
+                # context of the token: inputs w.start .. target-1
+                assert target - w.start >= min(target, length - stride + 1)
+        assert scored == list(range(1, n))
+
+
+@pytest.mark.parametrize("stride", [4, 8])
+def test_sliding_equals_direct_computation(stride):
+    length = 16
+    model, data = tiny_model(ALiBi), toy_split()
+    result = score(model, data, length, "sliding", stride=stride, batch_size=5, progress=False)
+    x = torch.from_numpy(data.ids.astype(np.int64))
+    nll, count = 0.0, 0
+    for w in make_windows(len(x), length, "sliding", stride):
+        logits = model(x[w.start : w.start + w.length][None])[0]
+        targets = x[w.start + 1 : w.start + w.length + 1]
+        per_token = F.cross_entropy(logits.double(), targets, reduction="none")
+        nll += per_token[w.score_from :].sum().item()
+        count += w.length - w.score_from
+    assert result.tokens == count == len(x) - 1
+    assert result.nll == pytest.approx(nll, rel=1e-5)
+    # with stride == length (and no partial tail window, where sliding keeps a full window of
+    # context), sliding is exactly the nonoverlapping evaluation
+    whole = toy_split(12 * length + 1)
+    same = score(model, whole, length, "sliding", stride=length, progress=False)
+    plain = score(model, whole, length, "nonoverlapping", progress=False)
+    assert same.nll == pytest.approx(plain.nll, rel=1e-9)
+
+
+def test_word_and_byte_metrics_and_position_buckets():
+    model, data = tiny_model(NoPositions), toy_split()
+    result = score(model, data, 16, "nonoverlapping", bucket_size=4, progress=False)
+    words, nbytes = int(data.words[1:].sum()), int(data.bytes[1:].sum())
+    assert (result.words, result.bytes) == (words, nbytes)
+    assert result.word_ppl == pytest.approx(math.exp(result.nll / words))
+    assert result.bits_per_byte == pytest.approx(result.nll / nbytes / math.log(2))
+    buckets = result.loss_by_position()
+    assert [b for b, _, _ in buckets] == [0, 4, 8, 12]
+    assert sum(result.bucket_count) == result.tokens
+    assert sum(result.bucket_nll) == pytest.approx(result.nll)
+
+
+@pytest.mark.parametrize("scheme", [ALiBi, T5Bias])
+def test_blockwise_long_path_equals_plain_path(scheme):
+    data = toy_split(400)
+    plain = score(tiny_model(scheme, block=1024), data, 128, progress=False)
+    blocked = score(tiny_model(scheme, block=16), data, 128, progress=False)
+    assert blocked.nll == pytest.approx(plain.nll, rel=1e-5)
+
+
+@pytest.mark.parametrize("scheme", [NoPositions, Rotary, ALiBi, T5Bias])
+def test_relative_schemes_are_offset_invariant(scheme):
+    model, data = tiny_model(scheme), toy_split()
+    base = score(model, data, 32, progress=False)
+    shifted = score(model, data, 32, position_offset=1000, progress=False)
+    assert shifted.nll == pytest.approx(base.nll, rel=1e-5)
+
+
+def test_absolute_schemes_are_not_offset_invariant():
+    model, data = tiny_model(SinusoidalPositions, scale=1.0), toy_split()
+    base = score(model, data, 32, progress=False)
+    shifted = score(model, data, 32, position_offset=1000, progress=False)
+    assert abs(shifted.nll - base.nll) / base.nll > 1e-3
+
+
+def test_long_length_memory_stays_linear():
+    """A bias-scheme window of 4096 tokens: the bias of one query block is block×T, never T×T."""
+    model, data = tiny_model(ALiBi, block=256), toy_split(4100)
+    calls = []
+    original = model.pos.attention_bias
+
+    def spy(q_pos, k_pos):
+        out = original(q_pos, k_pos)
+        calls.append(out.shape)
+        return out
+
+    model.pos.attention_bias = spy
+    score(model, data, 4096, progress=False)
+    assert calls and max(s[1] for s in calls) <= 256 and max(s[2] for s in calls) == 4096
+
+
+def eval_cfg(**overrides):
+    cfg = OmegaConf.load(REPO / "conf" / "eval" / "default.yaml")
+    cfg.max_tokens, cfg.log_wandb = 1500, False
+    for key, value in overrides.items():
+        cfg[key] = value
+    return cfg
+
+
+def test_evaluate_checkpoint_writes_every_output(trained_runs, tmp_path):
+    run, _ = trained_runs["alibi"]
+    rows = evaluate_checkpoint(run / "checkpoints" / "best.ckpt",
+                               eval_cfg(factors=[1, 2, 16]), out_dir=tmp_path)  # fmt: skip
+    out = tmp_path / "extrapolation"
+    for name in ("extrapolation.json", "extrapolation.csv", "extrapolation.md",
+                 "extrapolation_ppl.png", "extrapolation_loss_by_position.png"):  # fmt: skip
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "extrapolation_ppl.png").read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((out / "extrapolation.json").read_text())
+    assert [(r["mode"], r["length"]) for r in saved] == [
+        ("nonoverlapping", 16), ("nonoverlapping", 32), ("nonoverlapping", 256),
+        ("sliding", 16), ("sliding", 32), ("sliding", 256),
+    ]  # fmt: skip
+    assert all(r["status"] == "ok" and r["ppl"] > 1 for r in rows)
+    assert saved[0]["word_ppl"] == pytest.approx(saved[0]["ppl"], rel=1e-6)  # word tokenizer
+    assert "| nonoverlapping |" in (out / "extrapolation.md").read_text()
+    header = (out / "extrapolation.csv").read_text().splitlines()[0]
+    assert header.startswith("scheme,train_length,mode,split,length")
+
+
+def test_after_train_evaluation_files_exist(trained_runs):
+    for run, _ in trained_runs.values():
+        rows = json.loads((run / "extrapolation" / "extrapolation.json").read_text())
+        assert {r["length"] for r in rows} == {16, 32, 64}
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "t5", "nope"])
+def test_checkpoint_offset_invariance(trained_runs, tmp_path, scheme):
+    ckpt = trained_runs[scheme][0] / "checkpoints" / "best.ckpt"
+    cfg = dict(factors=[1, 4], modes=["nonoverlapping"])
+    base = evaluate_checkpoint(ckpt, eval_cfg(**cfg), out_dir=tmp_path / "a")
+    shifted = evaluate_checkpoint(
+        ckpt, eval_cfg(position_offset=777, **cfg), out_dir=tmp_path / "b"
+    )
+    for a, b in zip(base, shifted, strict=True):
+        assert b["ppl"] == pytest.approx(a["ppl"], rel=1e-4)
+
+
+def test_learned_beyond_its_table(trained_runs, tmp_path):
+    ckpt = trained_runs["learned"][0] / "checkpoints" / "best.ckpt"
+    with pytest.raises(ConfigError, match="beyond the table"):
+        evaluate_checkpoint(ckpt, eval_cfg(unsupported="error"), out_dir=tmp_path)
+    rows = evaluate_checkpoint(ckpt, eval_cfg(unsupported="skip"), out_dir=tmp_path)
+    assert [r["status"] == "ok" for r in rows if r["mode"] == "nonoverlapping"] == [
+        True, False, False]  # fmt: skip
+    clamped = evaluate_checkpoint(
+        ckpt, eval_cfg(unsupported="error", pos_overrides={"beyond_table": "clamp"}),
+        out_dir=tmp_path,
+    )  # fmt: skip
+    assert all(r["status"] == "ok" for r in clamped)
+
+
+def test_compare_merges_runs_into_one_table(trained_runs, tmp_path):
+    rows = compare([run for run, _ in trained_runs.values()], tmp_path)
+    table = (tmp_path / "comparison.md").read_text()
+    for scheme in trained_runs:
+        assert f"| {scheme} |" in table
+    assert {r["scheme"] for r in rows} == set(trained_runs)
+    assert (tmp_path / "comparison_ppl.png").stat().st_size > 0
+    assert (tmp_path / "comparison_loss_by_position.png").stat().st_size > 0
+
+
+def test_shape_checks_follow_the_paper():
+    def rows(ratios):
+        out = []
+        for scheme, r in ratios.items():
+            for factor, ppl in ((1.0, 100.0), (8.0, 100.0 * r)):
+                out.append({"scheme": scheme, "mode": "nonoverlapping", "factor": factor,
+                            "ppl": ppl, "status": "ok"})  # fmt: skip
+        return out
+
+    good = shape_checks(rows({"sinusoidal": 5.0, "rope": 1.5, "alibi": 0.97, "t5": 1.1}))
+    assert len(good) == 4 and all(line.startswith("- [x]") for line in good)
+    bad = shape_checks(rows({"sinusoidal": 2.0, "rope": 1.01, "alibi": 1.2, "t5": 1.5}))
+    assert all(line.startswith("- [ ]") for line in bad)
+
+
+def test_eval_py_cli_prints_the_table(trained_runs, tmp_path):
+    run, _ = trained_runs["rope"]
+    result = subprocess.run(
+        [sys.executable, str(REPO / "eval.py"), f"run={run}", "eval.max_tokens=800",
+         "eval.factors=[1,16]", f"out_dir={tmp_path}", "wandb=false"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| nonoverlapping |" in result.stdout and "| sliding |" in result.stdout
+    assert (tmp_path / "extrapolation" / "extrapolation.json").is_file()
+    missing = subprocess.run(
+        [sys.executable, str(REPO / "eval.py"), f"ckpt={tmp_path}/nope.ckpt"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
