@@ -60,15 +60,17 @@ def wandb_offline(setting: bool | None) -> bool:
     return not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"))
 
 
-def build_logger(cfg: DictConfig, out: Path) -> Any:
-    """The configured Lightning logger, or False for logger=none."""
-    if not cfg.get("logger"):
+def build_logger(config: dict[str, Any], out: Path) -> Any:
+    """The configured Lightning logger (False for logger=none). For W&B the group is resolved
+    here and written back into `config`, so checkpoints (and eval.py) know it."""
+    logger_cfg = dict(config.get("logger") or {})
+    if not logger_cfg:
         return False
-    logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
     kwargs: dict[str, Any] = {"save_dir": str(out)}
     if logger_cfg["_target_"].endswith("WandbLogger"):
         offline = wandb_offline(logger_cfg.pop("offline", None))
-        logger_cfg["group"] = logger_cfg.get("group") or sweep_group()
+        logger_cfg["group"] = logger_cfg.get("group") or sweep_group() or config.get("run_name")
+        config["logger"]["group"] = logger_cfg["group"]
         # each job of a sweep is its own W&B run; the resolved config arrives through the
         # LightningModule's hyperparameters
         kwargs.update(offline=offline, reinit="finish_previous")
@@ -99,6 +101,7 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
 
     datamodule = instantiate_checked(cfg.data)
     vocab_size = datamodule.vocab_size
+    logger = build_logger(config, out)
     module = LanguageModel(config, vocab_size)
     # fail before training, not at step N, if the scheme cannot cover the training length
     module.model.pos.check_length(cfg.data.seq_len - 1)
@@ -121,7 +124,6 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         save_last=True,
         auto_insert_metric_name=False,
     )
-    logger = build_logger(cfg, out)
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.update(
         max_steps=max_steps,

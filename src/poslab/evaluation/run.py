@@ -201,7 +201,7 @@ def start_eval_wandb_run(ckpt: Path, cfg: DictConfig) -> Any:
     out = default_out_dir(ckpt) if not cfg.out_dir else Path(cfg.out_dir)
     return wandb.init(
         project=logger.get("project", "poslab"),
-        group=logger.get("group") or config.get("run_name"),
+        group=logger.get("group"),
         name=f"{config.get('run_name', 'run')}-eval",
         job_type="eval",
         dir=str(out),

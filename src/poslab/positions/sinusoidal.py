@@ -32,9 +32,9 @@ class SinusoidalPositions(PositionalScheme):
     ) -> None:
         super().__init__(d_model, n_head)
         self.base = float(base)
-        # 1.0: the original unit-amplitude encoding, sized for token embeddings scaled by
-        # sqrt(d_model) (model.scale_embeddings); null: 1/sqrt(d_model), x-transformers' choice
-        # for unscaled embeddings
+        # 1.0: the original unit-amplitude encoding, as in fairseq (the ALiBi paper's code, whose
+        # WikiText-103 model does not scale its small token embeddings either); None:
+        # 1/sqrt(d_model), x-transformers' choice, which keeps positions as small as tokens
         self.scale = 1.0 / math.sqrt(d_model) if scale is None else float(scale)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
