@@ -45,8 +45,9 @@ def causal_attention(
                 q[:, :, start:end],
                 k[:, :, :end],
                 v[:, :, :end],
-                # the bias is exact in fp32; in bf16 only large magnitudes round (-8190/256 and
-                # -8192/256 both become -32), i.e. keys whose softmax weight is ~e^-32 anyway
+                # positions and bias are exact fp32; under bf16 autocast the bias is then rounded
+                # to bf16 like the q·k scores it is added to (relative error 2^-9): keys stay
+                # distinct, but a far key's already small weight e^bias moves by up to |bias|/512
                 attn_mask=bias.to(q.dtype).unsqueeze(0),
                 dropout_p=dropout_p,
             )

@@ -33,6 +33,22 @@ def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
     return GPT(gpt_config, pos)
 
 
+def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+    """The raw checkpoint dict (tensors and plain types only: weights_only=True), checked to be
+    one that training wrote."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {path} does not exist; pass ckpt=PATH or run=RUN_DIR")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:
+        raise ConfigError(f"cannot read {path} as a checkpoint ({type(err).__name__})") from None
+    hparams = ckpt.get("hyper_parameters", {}) if isinstance(ckpt, dict) else {}
+    if "config" not in hparams or "vocab_size" not in hparams:
+        raise ConfigError(f"{path} is not a poslab checkpoint (no stored run config)")
+    return ckpt
+
+
 def load_checkpoint(
     path: str | Path, pos_overrides: dict[str, Any] | None = None, map_location: str = "cpu"
 ) -> tuple[GPT, dict[str, Any]]:
@@ -41,15 +57,9 @@ def load_checkpoint(
     `pos_overrides` changes options of the positional scheme before the model is rebuilt (for
     eval-time variants such as `beyond_table=clamp`); the weights must still fit.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"checkpoint {path} does not exist; pass ckpt=PATH or run=RUN_DIR")
-    ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    try:
-        hparams = ckpt["hyper_parameters"]
-        config, vocab_size = hparams["config"], hparams["vocab_size"]
-    except KeyError:
-        raise ConfigError(f"{path} is not a poslab checkpoint (no stored run config)") from None
+    ckpt = read_checkpoint(path, map_location)
+    hparams = ckpt["hyper_parameters"]
+    config, vocab_size = hparams["config"], hparams["vocab_size"]
     if pos_overrides:
         config = {**config, "pos": {**config["pos"], **pos_overrides}}
     model = build_model(config, vocab_size)

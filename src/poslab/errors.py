@@ -14,6 +14,13 @@ class ConfigError(ValueError):
     """Bad input from the user (config, data, checkpoint). The message says what to change."""
 
 
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def exit_on_config_error(fn: F) -> F:
     """Turn a ConfigError raised anywhere below `fn` into `error: <message>` and exit code 2."""
 
@@ -23,6 +30,8 @@ def exit_on_config_error(fn: F) -> F:
             return fn(*args, **kwargs)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr, flush=True)
+            if _in_multirun():
+                raise  # Hydra marks this job failed and goes on with the sweep's other jobs
             raise SystemExit(2) from None
 
     return wrapper  # type: ignore[return-value]

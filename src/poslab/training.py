@@ -153,6 +153,8 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         if cfg.eval.after_train and trainer.is_global_zero:
             from poslab.evaluation.run import evaluate_checkpoint
 
+            # full fp32 matmuls (no TF32 on GPUs), so numbers match a later `eval.py`
+            torch.set_float32_matmul_precision("highest")
             evaluate_checkpoint(
                 checkpoint.best_model_path or checkpoint.last_model_path,
                 cfg.eval,
@@ -161,7 +163,7 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
                 wandb_run=logger.experiment if isinstance(logger, WandbLogger) else None,
             )
     finally:
-        if isinstance(logger, WandbLogger):
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
             # finish even after a crash: the next job of a sweep must start its own W&B run
             logger.experiment.finish()
     return metrics

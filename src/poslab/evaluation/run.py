@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.build import load_checkpoint
+from poslab.build import load_checkpoint, read_checkpoint
 from poslab.data import TokenCache
 from poslab.errors import ConfigError
 from poslab.evaluation.perplexity import MODES, score
@@ -117,9 +117,10 @@ def evaluate_checkpoint(
                 continue
             if len(split.ids) < 2:
                 raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
-            stride = int(eval_cfg.stride or max(1, length // 2)) if mode == "sliding" else None
+            # the stride is capped at the window, so one eval.stride serves every length
+            stride = min(length, int(eval_cfg.stride or max(1, length // 2)))
             result = score(
-                model, split, length, mode, stride,
+                model, split, length, mode, stride if mode == "sliding" else None,
                 batch_size=eval_cfg.batch_size, position_offset=offset, bucket_size=bucket,
                 autocast_dtype=AUTOCAST[eval_cfg.precision],
             )  # fmt: skip
@@ -176,6 +177,7 @@ def run_eval(cfg: DictConfig) -> list[dict]:
     if bool(cfg.ckpt) == bool(cfg.run):
         raise ConfigError("pass exactly one of ckpt=PATH (a .ckpt file) or run=RUN_DIR")
     ckpt = Path(cfg.ckpt) if cfg.ckpt else checkpoint_of_run(cfg.run)
+    read_checkpoint(ckpt)  # a missing or foreign file: one clear line before anything starts
     wandb_run = None
     if cfg.eval.log_wandb and cfg.wandb:
         wandb_run = start_eval_wandb_run(ckpt, cfg)
@@ -194,7 +196,7 @@ def start_eval_wandb_run(ckpt: Path, cfg: DictConfig) -> Any:
 
     from poslab.training import wandb_offline
 
-    config = torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]["config"]
+    config = read_checkpoint(ckpt)["hyper_parameters"]["config"]
     logger = config.get("logger") or {}
     if not str(logger.get("_target_", "")).endswith("WandbLogger"):
         return None

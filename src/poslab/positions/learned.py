@@ -30,7 +30,7 @@ class LearnedPositions(PositionalScheme):
             raise ConfigError(
                 f"learned positions: position {max_position} is beyond the table of "
                 f"{self.max_positions} rows; raise pos.max_positions (training) or allow it with "
-                "pos.beyond_table=clamp (evaluation: eval.pos_overrides.beyond_table=clamp)"
+                "pos.beyond_table=clamp (evaluation: +eval.pos_overrides.beyond_table=clamp)"
             )
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
