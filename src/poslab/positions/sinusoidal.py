@@ -32,9 +32,10 @@ class SinusoidalPositions(PositionalScheme):
     ) -> None:
         super().__init__(d_model, n_head)
         self.base = float(base)
-        # 1.0: the original unit-amplitude encoding, as in fairseq (the ALiBi paper's code, whose
-        # WikiText-103 model does not scale its small token embeddings either); None:
-        # 1/sqrt(d_model), x-transformers' choice, which keeps positions as small as tokens
+        # 1.0: the original unit-amplitude encoding (Vaswani et al., fairseq). With GPT-style
+        # std-0.02 token embeddings it dominates the input at first; model.scale_embeddings=true
+        # (tokens x sqrt(d), as Vaswani and fairseq) balances the two. None: 1/sqrt(d_model),
+        # x-transformers' choice for unscaled tokens.
         self.scale = 1.0 / math.sqrt(d_model) if scale is None else float(scale)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
