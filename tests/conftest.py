@@ -72,7 +72,6 @@ TINY = [
     "eval.factors=[1,2,4]",
     "eval.modes=[nonoverlapping,sliding]",
     "eval.max_tokens=1500",
-    "eval.unsupported=skip",
 ]
 
 

@@ -223,6 +223,14 @@ def test_learned_beyond_its_table(trained_runs, tmp_path):
     assert all(r["status"] == "ok" for r in clamped)
 
 
+def test_one_stride_serves_every_length(trained_runs, tmp_path):
+    ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"
+    rows = evaluate_checkpoint(
+        ckpt, eval_cfg(modes=["sliding"], stride=48, factors=[1, 4]), out_dir=tmp_path
+    )
+    assert [r["stride"] for r in rows] == [16, 48]  # capped at the 16-token window
+
+
 def test_compare_merges_runs_into_one_table(trained_runs, tmp_path):
     rows = compare([run for run, _ in trained_runs.values()], tmp_path)
     table = (tmp_path / "comparison.md").read_text()
@@ -264,3 +272,10 @@ def test_eval_py_cli_prints_the_table(trained_runs, tmp_path):
     )  # fmt: skip
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert "Traceback" not in missing.stderr
+    (tmp_path / "foreign.ckpt").write_bytes(b"not a checkpoint")
+    foreign = subprocess.run(
+        [sys.executable, str(REPO / "eval.py"), f"ckpt={tmp_path}/foreign.ckpt"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert foreign.returncode == 2 and "cannot read" in foreign.stderr
+    assert "Traceback" not in foreign.stderr

@@ -76,6 +76,15 @@ def test_bf16_mixed_on_cpu_trains(corpus, tmp_path):
     assert metrics["best_val_loss"] < metrics["val/loss_initial"]
 
 
+def test_logger_none_still_writes_checkpoints(corpus, tmp_path):
+    metrics = train_in_process(
+        "nope", corpus, tmp_path, ["logger=none", "trainer.max_steps=5", "eval.after_train=false"]
+    )
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "csv").exists() and not (tmp_path / "wandb").exists()
+    assert metrics["best_val_loss"] > 0
+
+
 def test_token_budget_sets_steps(corpus, tmp_path):
     cfg = compose_train(
         [f"data.path={corpus}", *TINY, "train.max_tokens=4096", "eval.after_train=false"],
@@ -172,3 +181,15 @@ def test_acceptance_command_on_wikitext2(scheme, tmp_path):
     assert (tmp_path / "checkpoints" / "best.ckpt").is_file()
     val = [float(r["val/loss"]) for r in metrics_csv(tmp_path) if r.get("val/loss")]
     assert val[-1] < val[0]
+
+
+def test_scheme_parameters_get_their_own_lr_and_no_decay(corpus, tmp_path):
+    train_in_process(
+        "t5", corpus, tmp_path, ["optim.pos_lr_scale=10", "trainer.max_steps=3",
+                                 "eval.after_train=false"],
+    )  # fmt: skip
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    groups = ckpt["optimizer_states"][0]["param_groups"]
+    assert [g["initial_lr"] for g in groups] == pytest.approx([3e-3, 3e-3, 3e-2])
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0, 0.0]
+    assert len(groups[2]["params"]) == 1  # the T5 bias table, shared by all layers

@@ -41,7 +41,7 @@ SPLIT_FILES = {
     "test": ("test.txt", "wiki.test.tokens"),
 }
 TOKENIZERS = ("word", "bpe")
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: word vocabularies renumbered without holes
 
 
 @dataclass

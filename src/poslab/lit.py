@@ -66,19 +66,26 @@ class LanguageModel(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         opt = self.optim
-        # no weight decay on biases, norms, or the positional scheme's own parameters
-        # (a decayed learnable θ or bias table would drift toward zero for no reason)
-        pos_params = {id(p) for p in self.model.pos.parameters()}
+        # no weight decay on biases, norms, or the positional scheme's own parameters (a decayed
+        # learnable θ or bias table would drift toward zero for no reason). The scheme's
+        # parameters get lr × pos_lr_scale: Adam moves a parameter by about lr per step, so a
+        # zero-initialised T5 bias table cannot reach useful magnitudes in a short run.
+        pos_params = [p for p in self.model.pos.parameters() if p.requires_grad]
+        pos_ids = {id(p) for p in pos_params}
         decay, no_decay = [], []
         for p in self.model.parameters():
-            if not p.requires_grad:
+            if not p.requires_grad or id(p) in pos_ids:
                 continue
-            (decay if p.dim() >= 2 and id(p) not in pos_params else no_decay).append(p)
+            (decay if p.dim() >= 2 else no_decay).append(p)
+        groups = [
+            {"params": decay, "weight_decay": opt["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        if pos_params:
+            lr = opt["lr"] * opt.get("pos_lr_scale", 1.0)
+            groups.append({"params": pos_params, "weight_decay": 0.0, "lr": lr})
         optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": opt["weight_decay"]},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
+            groups,
             lr=opt["lr"],
             betas=tuple(opt["betas"]),
             eps=opt["eps"],
