@@ -55,6 +55,17 @@ class TokenizedSplit:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def after_line_end(self, eos_id: int) -> TokenizedSplit:
+        """The split preceded by one <eos> (no words, no bytes of its own), so that its first
+        real token is scored too, predicted from a line end (as fairseq does): the scored
+        tokens then carry exactly the split's words and bytes."""
+        pad = np.zeros(1, dtype=np.int32)
+        return TokenizedSplit(
+            np.concatenate([np.full(1, eos_id, dtype=np.int32), np.asarray(self.ids)]),
+            np.concatenate([pad, np.asarray(self.words)]),
+            np.concatenate([pad, np.asarray(self.bytes)]),
+        )
+
     def head(self, max_tokens: int) -> TokenizedSplit:
         """The first whole lines within `max_tokens` tokens (whole lines keep word and byte
         counts exact)."""

@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import load_checkpoint, read_checkpoint
-from poslab.data import TokenCache
+from poslab.data import EOS, TokenCache
 from poslab.errors import ConfigError
 from poslab.evaluation.perplexity import MODES, score
 from poslab.evaluation.report import markdown, metric_name, write_reports
@@ -93,6 +93,7 @@ def evaluate_checkpoint(
     split = cache.split(eval_cfg.split)
     if eval_cfg.max_tokens:
         split = split.head(int(eval_cfg.max_tokens))
+    split = split.after_line_end(cache.tokenizer().token_to_id(EOS))
     train_length = int(config["data"]["seq_len"])
     lengths = eval_lengths(eval_cfg, train_length)
     offset = int(eval_cfg.position_offset)
