@@ -116,7 +116,9 @@ def test_windows_are_contiguous_and_shifted():
 
 
 def test_datamodule_batches(corpus, tmp_path):
-    dm = LMDataModule("toy", seq_len=16, batch_size=4, path=str(corpus), cache_dir=str(tmp_path))
+    dm = LMDataModule(
+        seq_len=16, batch_size=4, name="toy", path=str(corpus), cache_dir=str(tmp_path)
+    )
     dm.prepare_data()
     dm.setup("fit")
     x, y = next(iter(dm.train_dataloader()))

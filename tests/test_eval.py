@@ -266,16 +266,11 @@ def test_eval_py_cli_prints_the_table(trained_runs, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| nonoverlapping |" in result.stdout and "| sliding |" in result.stdout
     assert (tmp_path / "extrapolation" / "extrapolation.json").is_file()
-    missing = subprocess.run(
-        [sys.executable, str(REPO / "eval.py"), f"ckpt={tmp_path}/nope.ckpt"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert missing.returncode == 2 and "does not exist" in missing.stderr
-    assert "Traceback" not in missing.stderr
     (tmp_path / "foreign.ckpt").write_bytes(b"not a checkpoint")
-    foreign = subprocess.run(
-        [sys.executable, str(REPO / "eval.py"), f"ckpt={tmp_path}/foreign.ckpt"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert foreign.returncode == 2 and "cannot read" in foreign.stderr
-    assert "Traceback" not in foreign.stderr
+    for name, message in (("missing.ckpt", "does not exist"), ("foreign.ckpt", "cannot read")):
+        bad = subprocess.run(
+            [sys.executable, str(REPO / "eval.py"), f"ckpt={tmp_path / name}"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert bad.returncode == 2 and message in bad.stderr
+        assert "Traceback" not in bad.stderr

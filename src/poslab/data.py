@@ -13,6 +13,7 @@ scored tokens that covers whole lines sums to the exact word and byte counts.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -267,6 +268,14 @@ class TokenCache:
         self.cache_dir = str(Path(cache_dir).expanduser())
         self.folder = Path(self.cache_dir) / f"{name}-{tokenizer}-{digest}"
 
+    @classmethod
+    def from_config(cls, data: dict[str, Any], **overrides: Any) -> TokenCache:
+        """The cache a run's `data` config trained on (keys that are not TokenCache's own, such
+        as seq_len, are ignored)."""
+        settings = {**data, **overrides}
+        names = [n for n in inspect.signature(cls).parameters if n in settings]
+        return cls(**{n: settings[n] for n in names})
+
     def _file(self, split: str, field: str) -> Path:
         return self.folder / f"{split}.{field}.npy"
 
@@ -348,32 +357,24 @@ class TokenWindows(Dataset):
 
 
 class LMDataModule(L.LightningDataModule):
-    """Train/validation windows of `seq_len` tokens from a cached, tokenized corpus."""
+    """Train/validation windows of `seq_len` tokens from a cached, tokenized corpus; the corpus
+    and tokenizer settings (`corpus`) are TokenCache's arguments."""
 
     def __init__(
         self,
-        name: str,
         seq_len: int,
         batch_size: int,
-        hub_id: str | None = None,
-        hub_config: str | None = None,
-        path: str | None = None,
-        tokenizer: str = "word",
-        vocab_size: int | None = None,
-        valid_fraction: float = 0.0,
-        cache_dir: str = ".cache/poslab",
-        word_level: bool = False,
-        num_workers: int = 0,
         eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        word_level: bool = False,
+        **corpus: Any,
     ) -> None:
         super().__init__()
         if seq_len < 1 or batch_size < 1:
             raise ConfigError(
                 f"data.seq_len={seq_len} and data.batch_size={batch_size} must be ≥ 1"
             )
-        self.cache = TokenCache(
-            name, hub_id, hub_config, path, tokenizer, vocab_size, valid_fraction, cache_dir
-        )
+        self.cache = TokenCache(**corpus)
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size

@@ -36,21 +36,6 @@ def eval_lengths(eval_cfg: Any, train_length: int) -> list[int]:
     return sorted({int(n) for n in lengths})
 
 
-def cache_from_config(config: dict, data_path: str | None = None) -> TokenCache:
-    """The token cache the run trained on (the same ids and tokenizer), built if missing."""
-    data = config["data"]
-    return TokenCache(
-        name=data["name"],
-        hub_id=data.get("hub_id"),
-        hub_config=data.get("hub_config"),
-        path=data_path or data.get("path"),
-        tokenizer=data["tokenizer"],
-        vocab_size=data.get("vocab_size"),
-        valid_fraction=data.get("valid_fraction", 0.0),
-        cache_dir=data["cache_dir"],
-    )
-
-
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -83,7 +68,8 @@ def evaluate_checkpoint(
     model, config = load_checkpoint(ckpt, pos_overrides)
     device = pick_device(eval_cfg.device)
     model.to(device)
-    cache = cache or cache_from_config(config, data_path)
+    overrides = {"path": data_path} if data_path else {}
+    cache = cache or TokenCache.from_config(config["data"], **overrides)
     if cache.meta()["vocab_size"] != model.config.vocab_size:
         raise ConfigError(
             f"the token cache {cache.folder} has a vocabulary of {cache.meta()['vocab_size']} but "
