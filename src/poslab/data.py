@@ -267,6 +267,7 @@ class TokenCache:
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         self.cache_dir = str(Path(cache_dir).expanduser())
         self.folder = Path(self.cache_dir) / f"{name}-{tokenizer}-{digest}"
+        self._meta: dict | None = None
 
     @classmethod
     def from_config(cls, data: dict[str, Any], **overrides: Any) -> TokenCache:
@@ -310,9 +311,13 @@ class TokenCache:
         _atomic_save(self.folder / "meta.json", lambda p: Path(p).write_text(json.dumps(meta)))
 
     def meta(self) -> dict:
-        if not self.complete:
-            self.build()
-        return json.loads((self.folder / "meta.json").read_text())
+        """Split sizes and vocabulary size; builds the cache first if it is incomplete. Read
+        once per instance (every split() and vocab_size lookup asks for it)."""
+        if self._meta is None:
+            if not self.complete:
+                self.build()
+            self._meta = json.loads((self.folder / "meta.json").read_text())
+        return self._meta
 
     def split(self, split: str) -> TokenizedSplit:
         meta = self.meta()

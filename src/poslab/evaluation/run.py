@@ -70,9 +70,10 @@ def evaluate_checkpoint(
     model.to(device)
     overrides = {"path": data_path} if data_path else {}
     cache = cache or TokenCache.from_config(config["data"], **overrides)
-    if cache.meta()["vocab_size"] != model.config.vocab_size:
+    cache_vocab = cache.meta()["vocab_size"]
+    if cache_vocab != model.config.vocab_size:
         raise ConfigError(
-            f"the token cache {cache.folder} has a vocabulary of {cache.meta()['vocab_size']} but "
+            f"the token cache {cache.folder} has a vocabulary of {cache_vocab} but "
             f"the checkpoint was trained with {model.config.vocab_size}; pass the corpus it was "
             "trained on (data_path=) with the same tokenizer settings"
         )
