@@ -81,7 +81,9 @@ def _tokens(batch: int, seq_len: int, seed: int = 1) -> torch.Tensor:
 
 @pytest.mark.parametrize("block_size", [5, 1024])
 @pytest.mark.parametrize("name", list(SCHEMES))
-def test_causality(name, block_size):
+def test_causality(name, block_size, monkeypatch):
+    if block_size < 1024:  # the per-block path (the model builds small biases whole otherwise)
+        monkeypatch.setattr(poslab.attention, "FULL_BIAS_BYTES", 0)
     model = _build(name, attn_block_size=block_size)
     seq_len = 16
     idx = _tokens(2, seq_len)
@@ -106,15 +108,17 @@ def test_causality(name, block_size):
 
 
 @pytest.mark.parametrize("name", BIAS_SCHEMES)
-def test_blockwise_model_equals_single_block(name):
+def test_blockwise_model_equals_single_block(name, monkeypatch):
     blocked = _build(name, attn_block_size=4)
     single = _build(name, attn_block_size=1024, seed=123)
     single.load_state_dict(blocked.state_dict())
     idx = _tokens(2, 19)
     with torch.no_grad():
         for positions in (None, torch.arange(19) + 40):
-            out_blocked = blocked(idx, positions)
-            out_single = single(idx, positions)
+            out_single = single(idx, positions)  # one bias for the whole sequence, all layers
+            monkeypatch.setattr(poslab.attention, "FULL_BIAS_BYTES", 0)
+            out_blocked = blocked(idx, positions)  # built per block of 4 queries, per layer
+            monkeypatch.setattr(poslab.attention, "FULL_BIAS_BYTES", 2**25)
             torch.testing.assert_close(out_blocked, out_single, atol=1e-5, rtol=0)
     # a different model really gives different logits (the comparison is not vacuous)
     with torch.no_grad():
@@ -336,3 +340,65 @@ def test_scheme_name_detector_controls():
 def test_model_never_branches_on_scheme_names(module):
     source = Path(module.__file__).read_text()
     assert _scheme_names_in_code(source) == []
+
+
+# --------------------------------------------------------------------------------------------
+# Work done once per forward; the FlexAttention kernel
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rope_interleaved", "alibi", "t5"])
+def test_position_work_is_done_once_per_forward(name, monkeypatch):
+    """Angles (rotary) and the bias (alibi, t5) are computed once per forward, not per layer."""
+    model = _build(name)
+    calls = {"prepare": 0, "attention_bias": 0}
+    for hook in calls:
+        original = getattr(model.pos, hook)
+
+        def spy(*args, _original=original, _hook=hook):
+            calls[_hook] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(model.pos, hook, spy)
+    with torch.no_grad():
+        model(_tokens(2, 12))
+    assert model.config.n_layer == 2
+    assert calls["prepare"] == 1
+    assert calls["attention_bias"] == (1 if name in BIAS_SCHEMES else 0)
+
+
+@pytest.mark.skipif(not poslab.attention.flex_available(), reason="torch without FlexAttention")
+@pytest.mark.parametrize("name", ["nope", "rope_half", "alibi", "t5"])
+def test_flex_kernel_equals_sdpa(name):
+    """attention=flex (the scheme's score_bias as score_mod) gives the logits of the SDPA path.
+    On a CPU FlexAttention runs eagerly and forward-only: the evaluation path."""
+    sdpa = _build(name)
+    flex = GPT(
+        GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEAD, d_model=D_MODEL, attention="flex"),
+        SCHEMES[name](),
+    ).eval()
+    flex.load_state_dict(sdpa.state_dict())
+    idx = _tokens(2, 24)
+    with torch.no_grad():
+        for positions in (None, torch.arange(24) * 3 + 11):
+            torch.testing.assert_close(
+                flex(idx, positions), sdpa(idx, positions), atol=1e-4, rtol=0
+            )
+
+
+def test_flex_kernel_rejects_attention_dropout():
+    with pytest.raises(ConfigError, match="model.attention=flex has no attention dropout"):
+        GPTConfig(vocab_size=VOCAB, attention="flex", dropout=0.1)
+
+
+def test_unknown_attention_kernel_is_a_config_error():
+    with pytest.raises(ConfigError, match="model.attention='flash3'"):
+        GPTConfig(vocab_size=VOCAB, attention="flash3")
+
+
+def test_training_loss_equals_cross_entropy_of_the_logits():
+    model = _build("t5")
+    idx, targets = _tokens(2, 12), _tokens(2, 12, seed=5)
+    logits = model(idx)
+    ref = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    torch.testing.assert_close(model.loss(idx, targets), ref, rtol=1e-5, atol=1e-6)

@@ -12,12 +12,14 @@ scored tokens that covers whole lines sums to the exact word and byte counts.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from poslab.errors import ConfigError
+
+try:  # POSIX file locks; Windows has none (see _exclusive_lock)
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +227,33 @@ def _save_npy(path: str, array: np.ndarray) -> None:
         np.save(f, array, allow_pickle=False)
 
 
+@contextlib.contextmanager
+def _exclusive_lock(path: Path, what: object) -> Iterator[None]:
+    """Hold an exclusive inter-process lock (flock) on the file `path` while the block runs:
+    the first process to take it builds the cache, the others wait here until it is done.
+
+    The lock file is never deleted: a process that removed it could let a later one lock a new
+    file while an earlier one still holds the old. The lock ends with the process, so a killed
+    build never blocks the next run. Where there is no flock (Windows, or a file system that
+    refuses it) racing processes each build the cache; the atomic writes keep it intact, so
+    that only costs time.
+    """
+    if fcntl is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("another process is building %s; waiting for it", what)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as err:  # e.g. an NFS mount without lock support
+            log.warning("cannot lock %s (%s); building without a lock", path, err)
+        yield  # closing the file releases the lock
+
+
 def _source_identity(hub_id: str | None, hub_config: str | None, path: str | None) -> dict:
     if path is None:
         return {"hub_id": hub_id, "hub_config": hub_config}
@@ -310,12 +344,23 @@ class TokenCache:
             }
         _atomic_save(self.folder / "meta.json", lambda p: Path(p).write_text(json.dumps(meta)))
 
+    @property
+    def lock_file(self) -> Path:
+        """Beside the cache folder, not in it: the folder is created by the build."""
+        return Path(self.cache_dir) / f"{self.folder.name}.lock"
+
     def meta(self) -> dict:
         """Split sizes and vocabulary size; builds the cache first if it is incomplete. Read
-        once per instance (every split() and vocab_size lookup asks for it)."""
+        once per instance (every split() and vocab_size lookup asks for it).
+
+        Only one process builds: whoever takes the lock first (in a DDP run every rank gets
+        here when the model is built, before Lightning's prepare_data barrier), while the
+        others wait for it and then read the finished cache."""
         if self._meta is None:
             if not self.complete:
-                self.build()
+                with _exclusive_lock(self.lock_file, self.folder):
+                    if not self.complete:  # another process may have built it while we waited
+                        self.build()
             self._meta = json.loads((self.folder / "meta.json").read_text())
         return self._meta
 

@@ -1,7 +1,9 @@
 """A GPT-style decoder (pre-LayerNorm blocks, causal self-attention, GELU MLP, tied embeddings).
 
-The positional scheme is one module shared by all layers; the model calls its three hooks
-(`embed`, `rotate`, `attention_bias`) and never asks which scheme it is.
+The positional scheme is one module shared by all layers; the model calls its hooks (`prepare`
+once per forward, then `embed`, `rotate`, `attention_bias`) and never asks which scheme it is.
+The training loss fuses the output projection with the cross-entropy, in chunks of tokens
+(losses.py), so the (tokens × vocab) logits never exist at once.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.attention import causal_attention
+from poslab.attention import KERNELS, CausalBias, FlexMask, causal_attention, flex_causal_attention
 from poslab.errors import ConfigError
-from poslab.positions.base import PositionalScheme
+from poslab.losses import linear_cross_entropy, linear_token_nll
+from poslab.positions.base import PositionalScheme, Prepared
 
 
 @dataclass
@@ -28,6 +31,7 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True  # biases in Linear and LayerNorm layers
     attn_block_size: int = 1024  # query block of the bias-aware attention path
+    attention: str = "sdpa"  # the attention kernel: sdpa | flex (attention.py)
     # multiply token embeddings by sqrt(d_model) (Vaswani et al.; fairseq, the ALiBi paper's
     # code): added position vectors of unit amplitude then meet token vectors of similar size
     scale_embeddings: bool = False
@@ -39,6 +43,13 @@ class GPTConfig:
             )
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
+        if self.attention not in KERNELS:
+            raise ConfigError(f"model.attention={self.attention!r}; choose one of {KERNELS}")
+        if self.attention == "flex" and self.dropout > 0:
+            raise ConfigError(
+                "model.attention=flex has no attention dropout; set model.dropout=0 or use "
+                "model.attention=sdpa"
+            )
 
 
 class CausalSelfAttention(nn.Module):
@@ -49,22 +60,23 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.block_size = config.attn_block_size
 
-    def forward(self, x: Tensor, positions: Tensor, pos: PositionalScheme) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        prepared: Prepared,
+        pos: PositionalScheme,
+        bias: CausalBias | FlexMask | None,
+    ) -> Tensor:
         batch, seq_len, d_model = x.shape
         q, k, v = self.qkv(x).split(d_model, dim=2)
         q, k, v = (t.view(batch, seq_len, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
-        q, k = pos.rotate(q, k, positions)
-        y = causal_attention(
-            q,
-            k,
-            v,
-            positions,
-            bias_fn=pos.attention_bias if pos.has_attention_bias else None,
-            dropout_p=self.dropout if self.training else 0.0,
-            block_size=self.block_size,
-        )
+        q, k = pos.rotate(q, k, prepared)
+        if isinstance(bias, FlexMask):
+            y = flex_causal_attention(q, k, v, bias)
+        else:
+            dropout = self.dropout if self.training else 0.0
+            y = causal_attention(q, k, v, prepared.fp32, dropout_p=dropout, bias=bias)
         y = y.transpose(1, 2).contiguous().view(batch, seq_len, d_model)
         return self.resid_dropout(self.proj(y))
 
@@ -88,8 +100,14 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.d_model, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: Tensor, positions: Tensor, pos: PositionalScheme) -> Tensor:
-        x = x + self.attn(self.ln_1(x), positions, pos)
+    def forward(
+        self,
+        x: Tensor,
+        prepared: Prepared,
+        pos: PositionalScheme,
+        bias: CausalBias | FlexMask | None,
+    ) -> Tensor:
+        x = x + self.attn(self.ln_1(x), prepared, pos, bias)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -136,14 +154,47 @@ class GPT(nn.Module):
         tokens = self.tok_emb(idx)
         if self.config.scale_embeddings:
             tokens = tokens * math.sqrt(self.config.d_model)
-        x = self.drop(self.pos.embed(tokens, positions))
+        # position-only work once per forward, for every layer: angles, cos/sin, the bias
+        prepared = self.pos.prepare(positions)
+        bias = self.attention_bias(prepared, tokens.dtype)
+        x = self.drop(self.pos.embed(tokens, prepared))
         for block in self.blocks:
-            x = block(x, positions, self.pos)
+            x = block(x, prepared, self.pos, bias)
         return self.ln_f(x)
+
+    def attention_bias(
+        self, prepared: Prepared, dtype: torch.dtype
+    ) -> CausalBias | FlexMask | None:
+        """What the attention kernel needs for this forward's positions (None: plain causal)."""
+        has_bias = self.pos.has_attention_bias
+        if self.config.attention == "flex":
+            return FlexMask(self.pos.score_bias if has_bias else None, prepared.fp32)
+        if not has_bias:
+            return None
+        device = prepared.fp32.device.type
+        if torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+        return CausalBias(
+            self.pos.attention_bias,
+            prepared.fp32,
+            self.config.n_head,
+            dtype,
+            self.config.attn_block_size,
+        )
 
     def forward(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
         """Logits (B, T, vocab)."""
         return self.lm_head(self.hidden_states(idx, positions))
+
+    def loss(self, idx: Tensor, targets: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Mean next-token cross-entropy (targets of -100 are ignored), fused with the output
+        projection so that the logits are never materialised."""
+        hidden = self.hidden_states(idx, positions)
+        return linear_cross_entropy(hidden, self.lm_head.weight, targets)
+
+    def token_nll(self, idx: Tensor, targets: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Per-token negative log-likelihood (B, T) in fp32, without gradients."""
+        return linear_token_nll(self.hidden_states(idx, positions), self.lm_head.weight, targets)
 
     def num_parameters(self, non_embedding: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,23 +17,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import instantiate_checked
+from poslab.callbacks import RankFingerprints
+from poslab.errors import ConfigError
 from poslab.lit import LanguageModel
+from poslab.precision import device_type_of, resolve_precision
 
 log = logging.getLogger(__name__)
-
-
-def default_precision() -> str:
-    """bf16 autocast where a GPU supports it, full fp32 otherwise (override with
-    trainer.precision=bf16-mixed on a CPU: these run bf16 matmuls faster)."""
-    if torch.cuda.is_available():
-        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
-    return "32-true"
-
-
-OmegaConf.register_new_resolver("poslab.default_precision", default_precision, replace=True)
 
 
 def run_dir() -> Path:
@@ -77,27 +73,118 @@ def build_logger(config: dict[str, Any], out: Path) -> Any:
     return instantiate_checked(logger_cfg, **kwargs)
 
 
+# the lightning.Trainer arguments that decide how many processes train
+WORLD_SIZE_KEYS = ("_target_", "accelerator", "devices", "num_nodes", "strategy", "plugins")
+
+
+@contextlib.contextmanager
+def _quiet_lightning() -> Iterator[None]:
+    """Mute the lines a Trainer prints when it is built ("GPU available ...", tips, warnings):
+    the run's own Trainer prints them again."""
+    loggers = [
+        logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric")
+    ]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _is_fsdp(strategy: Any) -> bool:
+    if isinstance(strategy, str):
+        return strategy.startswith("fsdp")
+    return isinstance(strategy, dict) and str(strategy.get("_target_", "")).endswith("FSDPStrategy")
+
+
+def world_size_for(trainer_cfg: dict[str, Any]) -> int:
+    """How many processes train: devices per node × nodes, exactly as Lightning resolves
+    trainer.devices (an int, -1, "auto", "2", "0,1", a list of GPU ids) for the accelerator,
+    trainer.num_nodes, and a cluster's own counts (SLURM's tasks). Rather than re-implement
+    those rules, a bare Trainer is built from the keys that decide them and asked.
+
+    It is also where a process setup that cannot run fails, before any data is read."""
+    if _is_fsdp(trainer_cfg.get("strategy")) and (
+        trainer_cfg.get("accelerator") == "cpu" or not torch.cuda.is_available()
+    ):
+        # Lightning runs FSDP on CUDA devices only; say what to use instead
+        raise ConfigError("trainer=fsdp needs CUDA GPUs; use trainer=ddp on CPUs")
+    probe_cfg = {k: trainer_cfg[k] for k in WORLD_SIZE_KEYS if k in trainer_cfg}
+    with _quiet_lightning():
+        probe: L.Trainer = instantiate_checked(
+            probe_cfg,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+    launcher = probe.strategy.launcher
+    if (
+        sweep_group() is not None
+        and probe.world_size > 1
+        and isinstance(launcher, _SubprocessScriptLauncher)
+        and not launcher.cluster_environment.creates_processes_externally
+    ):
+        # this launcher starts the other ranks by re-running the command line, which in a -m
+        # sweep re-runs the whole sweep (Lightning supports Hydra's single runs only)
+        raise ConfigError(
+            f"{probe.world_size} processes per job in a local -m sweep need trainer=ddp "
+            "trainer.strategy.start_method=spawn (or sweep on a cluster with "
+            "hydra/launcher=submitit_slurm)"
+        )
+    return int(probe.world_size)
+
+
 def max_steps_for(cfg: DictConfig) -> int:
-    """trainer.max_steps, or the steps that spend train.max_tokens (optimizer steps: batch ×
-    seq_len × gradient accumulation × devices tokens each)."""
-    devices = cfg.trainer.get("devices", 1)
+    """trainer.max_steps, or the optimizer steps that spend train.max_tokens: each step consumes
+    batch × seq_len × accumulate_grad_batches tokens in every one of the world-size processes.
+    Checks the process setup either way (world_size_for), so call it before any work."""
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    world_size = world_size_for(trainer_cfg)
+    if not cfg.train.get("max_tokens"):
+        return int(cfg.trainer.max_steps)
     tokens_per_step = (
         cfg.data.batch_size
         * cfg.data.seq_len
-        * cfg.trainer.get("accumulate_grad_batches", 1)
-        * (devices if isinstance(devices, int) else 1)
+        * int(trainer_cfg.get("accumulate_grad_batches") or 1)
+        * world_size
     )
-    if cfg.train.get("max_tokens"):
-        return math.ceil(cfg.train.max_tokens / tokens_per_step)
-    return int(cfg.trainer.max_steps)
+    steps = math.ceil(cfg.train.max_tokens / tokens_per_step)
+    log.info(
+        "train.max_tokens=%d: %d steps of %d tokens (%d per process)",
+        cfg.train.max_tokens,
+        steps,
+        tokens_per_step,
+        tokens_per_step // world_size,
+    )
+    return steps
 
 
 def run_training(cfg: DictConfig) -> dict[str, float]:
     """Fit one model; returns the final metrics (also what a Hydra sweeper would optimise)."""
     out = run_dir()
+    max_steps = max_steps_for(cfg)  # first: a process setup that cannot run fails before work
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     config = OmegaConf.to_container(cfg, resolve=True)
+    # trainer.precision=auto becomes what this hardware runs fastest; the checkpoint and W&B
+    # store the choice
+    device_type = device_type_of(str(cfg.trainer.get("accelerator", "auto")))
+    precision = resolve_precision(cfg.trainer.get("precision", "auto"), device_type)
+    log.info(
+        "trainer.precision=%s -> %s on %s", cfg.trainer.get("precision"), precision, device_type
+    )
+    config["trainer"]["precision"] = precision
+    if config["model"].get("attention") == "flex" and device_type != "cuda":
+        raise ConfigError(
+            "model.attention=flex trains on CUDA GPUs only (FlexAttention has no backward pass "
+            "on CPUs); train with model.attention=sdpa (evaluating with flex works on CPUs)"
+        )
 
     datamodule = instantiate_checked(cfg.data)
     vocab_size = datamodule.vocab_size
@@ -114,7 +201,6 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         cfg.data.seq_len,
     )
 
-    max_steps = max_steps_for(cfg)
     checkpoint = ModelCheckpoint(
         dirpath=out / "checkpoints",
         filename="best",
@@ -124,14 +210,18 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         save_last=True,
         auto_insert_metric_name=False,
     )
-    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg = dict(config["trainer"])
+    trainer_cfg.pop("compile", None)  # poslab's own option (lit.py), not a Trainer argument
     trainer_cfg.update(
         max_steps=max_steps,
         val_check_interval=min(int(trainer_cfg.get("val_check_interval", max_steps)), max_steps),
         check_val_every_n_epoch=None,
         default_root_dir=str(out),
     )
-    trainer: L.Trainer = instantiate_checked(trainer_cfg, logger=logger, callbacks=[checkpoint])
+    callbacks: list[L.Callback] = [checkpoint]
+    if cfg.train.get("fingerprints"):  # per-rank data and weight digests (poslab.callbacks)
+        callbacks.append(RankFingerprints(out / "fingerprints"))
+    trainer: L.Trainer = instantiate_checked(trainer_cfg, logger=logger, callbacks=callbacks)
 
     try:
         metrics: dict[str, float] = {}
@@ -161,6 +251,11 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
                 cache=datamodule.cache,
                 out_dir=out,
                 wandb_run=logger.experiment if isinstance(logger, WandbLogger) else None,
+                trained_tokens=trainer.global_step
+                * cfg.data.batch_size
+                * cfg.data.seq_len
+                * int(cfg.trainer.get("accumulate_grad_batches") or 1)
+                * trainer.world_size,
             )
     finally:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:

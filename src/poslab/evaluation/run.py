@@ -14,10 +14,9 @@ from poslab.data import EOS, TokenCache
 from poslab.errors import ConfigError
 from poslab.evaluation.perplexity import MODES, score
 from poslab.evaluation.report import markdown, metric_name, write_reports
+from poslab.precision import AUTOCAST_DTYPE, PRECISIONS, resolve_precision
 
 log = logging.getLogger(__name__)
-
-AUTOCAST = {"32-true": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
 def checkpoint_of_run(run: str | Path) -> Path:
@@ -36,6 +35,24 @@ def eval_lengths(eval_cfg: Any, train_length: int) -> list[int]:
     return sorted({int(n) for n in lengths})
 
 
+AUTO_MIN_TOKENS = 65536
+
+
+def scored_token_cap(setting: Any, trained_tokens: int | None) -> int | None:
+    """eval.max_tokens as a number of tokens (None: the whole split). `auto` caps a short run's
+    after-training evaluation at the tokens it trained on (at least AUTO_MIN_TOKENS): scoring
+    2M tokens ten times for a model that saw 100k tells nothing more than 100k would."""
+    if setting is None:
+        return None
+    if setting == "auto":
+        return None if trained_tokens is None else max(AUTO_MIN_TOKENS, int(trained_tokens))
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 2:
+        raise ConfigError(
+            f"eval.max_tokens={setting!r}; give a number of tokens ≥ 2, auto, or null (all)"
+        )
+    return setting
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -51,8 +68,10 @@ def evaluate_checkpoint(
     out_dir: str | Path | None = None,
     wandb_run: Any = None,
     data_path: str | None = None,
+    trained_tokens: int | None = None,
 ) -> list[dict]:
-    """Score the checkpoint at every eval length and mode; write reports; return the rows."""
+    """Score the checkpoint at every eval length and mode; write reports; return the rows.
+    `trained_tokens` (after training) lets `eval.max_tokens=auto` cap a short run's evaluation."""
     if isinstance(eval_cfg, DictConfig):
         eval_cfg = OmegaConf.create(OmegaConf.to_container(eval_cfg, resolve=True))
     for mode in eval_cfg.modes:
@@ -62,12 +81,14 @@ def evaluate_checkpoint(
         raise ConfigError(f"eval.split={eval_cfg.split!r}; choose validation or test")
     if eval_cfg.unsupported not in ("error", "skip"):
         raise ConfigError(f"eval.unsupported={eval_cfg.unsupported!r}; choose error or skip")
-    if eval_cfg.precision not in AUTOCAST:
-        raise ConfigError(f"eval.precision={eval_cfg.precision!r}; choose from {list(AUTOCAST)}")
+    if eval_cfg.precision not in PRECISIONS:
+        raise ConfigError(f"eval.precision={eval_cfg.precision!r}; choose from {PRECISIONS}")
     pos_overrides = OmegaConf.to_container(eval_cfg.pos_overrides) if eval_cfg.pos_overrides else {}
     model, config = load_checkpoint(ckpt, pos_overrides)
     device = pick_device(eval_cfg.device)
     model.to(device)
+    precision = resolve_precision(eval_cfg.precision, device.type)
+    log.info("evaluating on %s with precision %s", device, precision)
     overrides = {"path": data_path} if data_path else {}
     cache = cache or TokenCache.from_config(config["data"], **overrides)
     cache_vocab = cache.meta()["vocab_size"]
@@ -78,8 +99,17 @@ def evaluate_checkpoint(
             "trained on (data_path=) with the same tokenizer settings"
         )
     split = cache.split(eval_cfg.split)
-    if eval_cfg.max_tokens:
-        split = split.head(int(eval_cfg.max_tokens))
+    cap = scored_token_cap(eval_cfg.max_tokens, trained_tokens)
+    if cap is not None and cap < len(split):
+        whole = len(split)
+        split = split.head(cap)
+        if eval_cfg.max_tokens == "auto":
+            print(
+                f"eval.max_tokens=auto: scoring the first {len(split):,} of {whole:,} "
+                f"{eval_cfg.split} tokens (this run trained on {trained_tokens:,} tokens); "
+                "eval.max_tokens=null scores the whole split",
+                flush=True,
+            )
     split = split.after_line_end(cache.tokenizer().token_to_id(EOS))
     train_length = int(config["data"]["seq_len"])
     lengths = eval_lengths(eval_cfg, train_length)
@@ -110,7 +140,7 @@ def evaluate_checkpoint(
             result = score(
                 model, split, length, mode, stride if mode == "sliding" else None,
                 batch_size=eval_cfg.batch_size, position_offset=offset, bucket_size=bucket,
-                autocast_dtype=AUTOCAST[eval_cfg.precision],
+                autocast_dtype=AUTOCAST_DTYPE[precision],
             )  # fmt: skip
             row.update({k: v for k, v in result.to_dict().items() if not k.startswith("bucket")})
             row["loss_by_position"] = result.loss_by_position()

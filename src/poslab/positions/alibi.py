@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from poslab.positions.base import PositionalScheme, relative_distance
+from poslab.positions.base import PositionalScheme
 
 
 def alibi_slopes(n_head: int) -> list[float]:
@@ -41,7 +41,5 @@ class ALiBi(PositionalScheme):
         else:
             self.register_buffer("slopes", slopes, persistent=True)
 
-    def attention_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        with torch.autocast(device_type=q_positions.device.type, enabled=False):
-            distance = relative_distance(q_positions, k_positions)
-            return -self.slopes.float()[:, None, None] * distance[None]
+    def score_bias(self, head: Tensor, q_position: Tensor, k_position: Tensor) -> Tensor:
+        return -self.slopes.float()[head] * (q_position - k_position)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
-from poslab.positions.base import PositionalScheme
+from poslab.positions.base import PositionalScheme, Prepared
 
 BEYOND_TABLE = ("error", "clamp")
 
@@ -33,7 +33,8 @@ class LearnedPositions(PositionalScheme):
                 "pos.beyond_table=clamp (evaluation: +eval.pos_overrides.beyond_table=clamp)"
             )
 
-    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+    def embed(self, x: Tensor, positions: Tensor | Prepared) -> Tensor:
+        positions = self.prepared(positions).positions
         if positions.numel():
             self.check_length(int(positions.max()))
         index = positions.clamp(max=self.max_positions - 1).to(torch.long)

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor
 
-from poslab.positions.base import PositionalScheme, fp32_positions
+from poslab.positions.base import PositionalScheme, Prepared, fp32_positions
 
 
 def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
@@ -38,6 +38,7 @@ class SinusoidalPositions(PositionalScheme):
         # x-transformers' choice for unscaled tokens.
         self.scale = 1.0 / math.sqrt(d_model) if scale is None else float(scale)
 
-    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        table = sinusoidal_table(positions, self.d_model, self.base) * self.scale
+    def embed(self, x: Tensor, positions: Tensor | Prepared) -> Tensor:
+        table = sinusoidal_table(self.prepared(positions).fp32, self.d_model, self.base)
+        table = table * self.scale
         return x + table.to(x.dtype)

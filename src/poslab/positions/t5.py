@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
-from poslab.positions.base import PositionalScheme, relative_distance
+from poslab.positions.base import PositionalScheme
 
 
 def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
@@ -44,9 +44,6 @@ class T5Bias(PositionalScheme):
         self.bias = nn.Embedding(self.num_buckets, n_head)
         nn.init.zeros_(self.bias.weight)
 
-    def attention_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        with torch.autocast(device_type=q_positions.device.type, enabled=False):
-            buckets = t5_bucket(
-                relative_distance(q_positions, k_positions), self.num_buckets, self.max_distance
-            )
-            return self.bias(buckets).float().permute(2, 0, 1)
+    def score_bias(self, head: Tensor, q_position: Tensor, k_position: Tensor) -> Tensor:
+        bucket = t5_bucket(q_position - k_position, self.num_buckets, self.max_distance)
+        return self.bias.weight.float()[bucket, head]
