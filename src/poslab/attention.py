@@ -29,7 +29,7 @@ KERNELS = ("sdpa", "flex")
 BiasFn = Callable[[Tensor, Tensor], Tensor]  # (q_positions, k_positions) -> (H, Tq, Tk) fp32
 ScoreBias = Callable[[Tensor, Tensor, Tensor], Tensor]  # (head, q_pos, k_pos) -> bias
 # build the whole causal bias once per forward, shared by all layers, below this size
-FULL_BIAS_BYTES = 32 * 2**20
+FULL_BIAS_BYTES = 256 * 2**20
 
 
 class CausalBias:
@@ -89,6 +89,10 @@ def causal_attention(
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
     seq_len = q.shape[-2]
+    if bias.block_size < seq_len:
+        # q, k, v arrive as transposed views; one copy here spares SDPA a copy of the growing
+        # key/value prefix for every block
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     outputs = []
     for start in range(0, seq_len, bias.block_size):
         end = min(start + bias.block_size, seq_len)

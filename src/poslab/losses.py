@@ -52,19 +52,27 @@ class _LinearCrossEntropy(torch.autograd.Function):
             v = valid[start : start + chunk]
             safe_t = t.clamp(min=0)
             logits = (h @ w.T).to(acc)
-            lse = torch.logsumexp(logits, dim=-1)
             target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
+            # one pass over the chunk, in place: shift by the row max, exponentiate, sum; the
+            # exponentials are then the softmax numerators the gradient needs
+            row_max = logits.amax(dim=-1, keepdim=True)
+            probs = logits.sub_(row_max).exp_()
+            total = probs.sum(dim=-1, keepdim=True)
+            lse = (total.log() + row_max).squeeze(1)
             loss += ((lse - target_logit) * v).sum()
             if not needs_grad:
                 continue
             # d loss / d logits = (softmax − one-hot) / count, zero on ignored tokens
-            grad_logits = torch.exp_(logits.sub_(lse[:, None]))
-            grad_logits[torch.arange(len(t), device=t.device), safe_t] -= 1.0
-            grad_logits.mul_((v.to(acc) / count)[:, None])
+            grad_logits = probs.mul_((v.to(acc) / count)[:, None] / total)
+            rows = torch.arange(len(t), device=t.device)
+            grad_logits[rows, safe_t] -= v.to(acc) / count
             g = grad_logits.to(dtype)
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk] = (g @ w).to(hidden.dtype)
-            grad_weight += (g.T @ h).to(acc)
+            if dtype == acc:
+                grad_weight.addmm_(g.T, h)
+            else:
+                grad_weight += (g.T @ h).to(acc)
         if needs_grad:
             ctx.save_for_backward(
                 grad_hidden if grad_hidden is not None else torch.empty(0), grad_weight
@@ -109,7 +117,9 @@ def linear_token_nll(
         for start in range(0, hidden.shape[0], chunk):
             logits = (hidden[start : start + chunk].to(dtype) @ w.T).float()
             t = targets[start : start + chunk]
-            nll[start : start + chunk] = torch.logsumexp(logits, -1) - logits.gather(
-                1, t[:, None]
-            ).squeeze(1)
+            target_logit = logits.gather(1, t[:, None]).squeeze(1)
+            row_max = logits.amax(dim=-1)
+            # log-sum-exp in place: no second (chunk × vocab) buffer
+            lse = logits.sub_(row_max[:, None]).exp_().sum(dim=-1).log_().add_(row_max)
+            nll[start : start + chunk] = lse - target_logit
     return nll.view(shape)
