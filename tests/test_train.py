@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +194,29 @@ def test_scheme_parameters_get_their_own_lr_and_no_decay(corpus, tmp_path):
     assert [g["initial_lr"] for g in groups] == pytest.approx([3e-3, 3e-3, 3e-2])
     assert [g["weight_decay"] for g in groups] == [0.1, 0.0, 0.0]
     assert len(groups[2]["params"]) == 1  # the T5 bias table, shared by all layers
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.precision=bf17", "trainer.precision='bf17'"),
+        ("model.attention=flex", "model.attention=flex trains on CUDA GPUs only"),
+        ("model.attention=flash", "model.attention='flash'"),
+        ("eval.max_tokens=-5", "eval.max_tokens=-5"),
+        ("eval.modes=[foo]", "eval.modes has 'foo'"),
+        ("eval.lengths=[0]", "eval.lengths=[0]"),
+    ],
+)
+def test_bad_options_fail_before_any_training(corpus, tmp_path, override, message):
+    cfg = compose_train([f"data.path={corpus}", *TINY, override], tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        run_training(cfg)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_warmup_longer_than_the_run_is_capped():
+    from poslab.lit import warmup_steps_for
+
+    assert warmup_steps_for(100, 60) == 12  # a fifth of the run
+    assert warmup_steps_for(60, 600) == 60  # a sensible warm-up is kept
+    assert warmup_steps_for(5, 3) == 1

@@ -59,11 +59,11 @@ def cpu_bf16_speedup() -> float:
     return _matmul_gflops(torch.bfloat16) / _matmul_gflops(torch.float32)
 
 
-def resolve_precision(setting: str, device_type: str) -> str:
-    """A Lightning precision string for `setting` on `device_type` ("cpu" or "cuda")."""
+def resolve_precision(setting: str, device_type: str, key: str = "precision") -> str:
+    """A Lightning precision string for `setting` (the config `key`) on `device_type`."""
     setting = str(setting)
     if setting not in PRECISIONS:
-        raise ConfigError(f"precision={setting!r}; choose one of {PRECISIONS}")
+        raise ConfigError(f"{key}={setting!r}; choose one of {PRECISIONS}")
     if setting != "auto":
         return setting
     if device_type == "cuda":

@@ -175,11 +175,17 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
     # trainer.precision=auto becomes what this hardware runs fastest; the checkpoint and W&B
     # store the choice
     device_type = device_type_of(str(cfg.trainer.get("accelerator", "auto")))
-    precision = resolve_precision(cfg.trainer.get("precision", "auto"), device_type)
+    precision = resolve_precision(
+        cfg.trainer.get("precision", "auto"), device_type, key="trainer.precision"
+    )
     log.info(
         "trainer.precision=%s -> %s on %s", cfg.trainer.get("precision"), precision, device_type
     )
     config["trainer"]["precision"] = precision
+    if cfg.eval.after_train:
+        from poslab.evaluation.run import check_eval_config
+
+        check_eval_config(OmegaConf.create(config["eval"]))  # a typo fails now, not after training
     if config["model"].get("attention") == "flex" and device_type != "cuda":
         raise ConfigError(
             "model.attention=flex trains on CUDA GPUs only (FlexAttention has no backward pass "

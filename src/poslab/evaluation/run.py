@@ -61,6 +61,24 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def check_eval_config(eval_cfg: Any) -> None:
+    """The eval options that need no checkpoint, checked before any work (train.py calls this
+    before training, so a typo does not surface only after the run)."""
+    for mode in eval_cfg.modes:
+        if mode not in MODES:
+            raise ConfigError(f"eval.modes has {mode!r}; choose from {MODES}")
+    if eval_cfg.split not in ("validation", "test"):
+        raise ConfigError(f"eval.split={eval_cfg.split!r}; choose validation or test")
+    if eval_cfg.unsupported not in ("error", "skip"):
+        raise ConfigError(f"eval.unsupported={eval_cfg.unsupported!r}; choose error or skip")
+    if eval_cfg.precision not in PRECISIONS:
+        raise ConfigError(f"eval.precision={eval_cfg.precision!r}; choose from {PRECISIONS}")
+    scored_token_cap(eval_cfg.max_tokens, None)
+    for n in eval_cfg.lengths or []:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"eval.lengths={list(eval_cfg.lengths)} must be positive integers")
+
+
 def evaluate_checkpoint(
     ckpt: str | Path,
     eval_cfg: Any,
@@ -74,20 +92,12 @@ def evaluate_checkpoint(
     `trained_tokens` (after training) lets `eval.max_tokens=auto` cap a short run's evaluation."""
     if isinstance(eval_cfg, DictConfig):
         eval_cfg = OmegaConf.create(OmegaConf.to_container(eval_cfg, resolve=True))
-    for mode in eval_cfg.modes:
-        if mode not in MODES:
-            raise ConfigError(f"eval.modes has {mode!r}; choose from {MODES}")
-    if eval_cfg.split not in ("validation", "test"):
-        raise ConfigError(f"eval.split={eval_cfg.split!r}; choose validation or test")
-    if eval_cfg.unsupported not in ("error", "skip"):
-        raise ConfigError(f"eval.unsupported={eval_cfg.unsupported!r}; choose error or skip")
-    if eval_cfg.precision not in PRECISIONS:
-        raise ConfigError(f"eval.precision={eval_cfg.precision!r}; choose from {PRECISIONS}")
+    check_eval_config(eval_cfg)
     pos_overrides = OmegaConf.to_container(eval_cfg.pos_overrides) if eval_cfg.pos_overrides else {}
     model, config = load_checkpoint(ckpt, pos_overrides)
     device = pick_device(eval_cfg.device)
     model.to(device)
-    precision = resolve_precision(eval_cfg.precision, device.type)
+    precision = resolve_precision(eval_cfg.precision, device.type, key="eval.precision")
     log.info("evaluating on %s with precision %s", device, precision)
     overrides = {"path": data_path} if data_path else {}
     cache = cache or TokenCache.from_config(config["data"], **overrides)
