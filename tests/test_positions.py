@@ -453,3 +453,17 @@ def test_learned_beyond_table_clamp_reuses_last_row():
 def test_learned_bad_beyond_table_value():
     with pytest.raises(ConfigError, match="beyond_table"):
         LearnedPositions(16, 2, max_positions=8, beyond_table="wrap")
+
+
+def test_rope_compiled_real_form_equals_the_complex_form():
+    """Under torch.compile the interleaved rotation runs in real arithmetic (inductor has no
+    complex codegen); both forms are the same rotation."""
+    from poslab.positions import rope as rope_module
+
+    torch.manual_seed(3)
+    x = torch.randn(2, 3, 9, 8)
+    angles = torch.arange(9.0)[:, None] * rope_module.rope_theta(8, 100.0)[None, :]
+    eager = rope_module.rotate(x, angles, "interleaved")
+    compiled = torch.compile(rope_module.rotate, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x, angles, "interleaved"), eager, atol=1e-6, rtol=0)
+    assert not torch.allclose(eager, x)

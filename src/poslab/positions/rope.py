@@ -45,6 +45,12 @@ def rotate(x: Tensor, angles_or_rotation: Tensor | tuple[Tensor, ...], pairing: 
     if isinstance(rot, Tensor):
         rot = rotation(rot, pairing)
     if pairing == "interleaved":
+        if torch.compiler.is_compiling():
+            # inductor generates no code for complex numbers: the same product in real form
+            e = torch.view_as_real(rot[0])
+            cos, sin = e[..., 0], e[..., 1]
+            a, b = x[..., 0::2], x[..., 1::2]
+            return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
         pairs = torch.view_as_complex(x.unflatten(-1, (-1, 2)))
         return torch.view_as_real(pairs * rot[0]).flatten(-2)
     cos, sin = rot
