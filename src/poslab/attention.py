@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -116,27 +117,29 @@ def flex_available() -> bool:
     return True
 
 
-_compiled_flex: dict[str, Callable] = {}
+@functools.cache
+def _compiled_flex_attention() -> Callable:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
 
 
 def _flex_kernel(device_type: str) -> Callable:
+    if device_type == "cuda":
+        return _compiled_flex_attention()
     from torch.nn.attention.flex_attention import flex_attention
 
-    if device_type != "cuda":
-        return flex_attention  # eager: a reference path for tests on CPUs
-    if "cuda" not in _compiled_flex:
-        _compiled_flex["cuda"] = torch.compile(flex_attention, dynamic=False)
-    return _compiled_flex["cuda"]
+    return flex_attention  # eager: a reference path for tests on CPUs
 
 
 class FlexMask:
     """The causal block mask and the score_mod of one forward (built once, used by all layers)."""
 
     def __init__(self, score_bias: ScoreBias | None, positions_fp32: Tensor) -> None:
-        from torch.nn.attention.flex_attention import create_block_mask
-
         if not flex_available():
             raise ConfigError("model.attention=flex needs torch >= 2.5; use model.attention=sdpa")
+        from torch.nn.attention.flex_attention import create_block_mask
+
         seq_len = positions_fp32.shape[0]
         device = positions_fp32.device
 
@@ -157,3 +160,7 @@ class FlexMask:
 def flex_causal_attention(q: Tensor, k: Tensor, v: Tensor, mask: FlexMask) -> Tensor:
     kernel = _flex_kernel(q.device.type)
     return kernel(q, k, v, score_mod=mask.score_mod, block_mask=mask.block_mask)
+
+
+# what the model hands every layer's attention for one forward (None: plain causal)
+AttentionBias = CausalBias | FlexMask | None

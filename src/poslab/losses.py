@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from poslab.precision import compute_dtype
+
 IGNORE_INDEX = -100
 # logits of at most ~16 MB in fp32 at a time: large enough for efficient matmuls, small enough to
 # stay in the last-level cache of a CPU and to never matter for GPU memory
@@ -26,11 +28,14 @@ def default_chunk(vocab_size: int) -> int:
     return max(64, CHUNK_ELEMENTS // vocab_size)
 
 
-def _compute_dtype(hidden: Tensor) -> torch.dtype:
-    device = hidden.device.type
-    if torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return hidden.dtype
+def _exp_and_lse(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """One in-place pass over a chunk of logits: shift by the row max, exponentiate, sum.
+    Returns (the exponentials, their row sums, log-sum-exp); `logits` is overwritten, and the
+    exponentials are the softmax numerators the gradient needs."""
+    row_max = logits.amax(dim=-1, keepdim=True)
+    exps = logits.sub_(row_max).exp_()
+    total = exps.sum(dim=-1, keepdim=True)
+    return exps, total, (total.log() + row_max).squeeze(1)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -53,19 +58,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
             safe_t = t.clamp(min=0)
             logits = (h @ w.T).to(acc)
             target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
-            # one pass over the chunk, in place: shift by the row max, exponentiate, sum; the
-            # exponentials are then the softmax numerators the gradient needs
-            row_max = logits.amax(dim=-1, keepdim=True)
-            probs = logits.sub_(row_max).exp_()
-            total = probs.sum(dim=-1, keepdim=True)
-            lse = (total.log() + row_max).squeeze(1)
+            exps, total, lse = _exp_and_lse(logits)
             loss += ((lse - target_logit) * v).sum()
             if not needs_grad:
                 continue
             # d loss / d logits = (softmax − one-hot) / count, zero on ignored tokens
-            grad_logits = probs.mul_((v.to(acc) / count)[:, None] / total)
+            row_weight = v.to(acc) / count
+            grad_logits = exps.mul_(row_weight[:, None] / total)
             rows = torch.arange(len(t), device=t.device)
-            grad_logits[rows, safe_t] -= v.to(acc) / count
+            grad_logits[rows, safe_t] -= row_weight
             g = grad_logits.to(dtype)
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk] = (g @ w).to(hidden.dtype)
@@ -94,7 +95,7 @@ def linear_cross_entropy(
     ignoring targets equal to -100, without materialising the (tokens × V) logits."""
     hidden = hidden.reshape(-1, hidden.shape[-1])
     targets = targets.reshape(-1)
-    dtype = _compute_dtype(hidden)
+    dtype = compute_dtype(hidden.dtype, hidden.device.type)
     chunk = chunk or default_chunk(weight.shape[0])
     with torch.autocast(hidden.device.type, enabled=False):
         return _LinearCrossEntropy.apply(hidden, weight, targets, chunk, dtype)
@@ -109,7 +110,7 @@ def linear_token_nll(
     shape = targets.shape
     hidden = hidden.reshape(-1, hidden.shape[-1])
     targets = targets.reshape(-1)
-    dtype = _compute_dtype(hidden)
+    dtype = compute_dtype(hidden.dtype, hidden.device.type)
     chunk = chunk or default_chunk(weight.shape[0])
     w = weight.to(dtype)
     nll = torch.empty(targets.shape, dtype=torch.float32, device=hidden.device)
@@ -118,8 +119,5 @@ def linear_token_nll(
             logits = (hidden[start : start + chunk].to(dtype) @ w.T).float()
             t = targets[start : start + chunk]
             target_logit = logits.gather(1, t[:, None]).squeeze(1)
-            row_max = logits.amax(dim=-1)
-            # log-sum-exp in place: no second (chunk × vocab) buffer
-            lse = logits.sub_(row_max[:, None]).exp_().sum(dim=-1).log_().add_(row_max)
-            nll[start : start + chunk] = lse - target_logit
+            nll[start : start + chunk] = _exp_and_lse(logits)[2] - target_logit
     return nll.view(shape)

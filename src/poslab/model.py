@@ -15,10 +15,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.attention import KERNELS, CausalBias, FlexMask, causal_attention, flex_causal_attention
+from poslab.attention import (
+    KERNELS,
+    AttentionBias,
+    CausalBias,
+    FlexMask,
+    causal_attention,
+    flex_causal_attention,
+)
 from poslab.errors import ConfigError
-from poslab.losses import linear_cross_entropy, linear_token_nll
+from poslab.losses import linear_cross_entropy
 from poslab.positions.base import PositionalScheme, Prepared
+from poslab.precision import compute_dtype
 
 
 @dataclass
@@ -66,7 +74,7 @@ class CausalSelfAttention(nn.Module):
         x: Tensor,
         prepared: Prepared,
         pos: PositionalScheme,
-        bias: CausalBias | FlexMask | None,
+        bias: AttentionBias,
     ) -> Tensor:
         batch, seq_len, d_model = x.shape
         q, k, v = self.qkv(x).split(d_model, dim=2)
@@ -105,7 +113,7 @@ class Block(nn.Module):
         x: Tensor,
         prepared: Prepared,
         pos: PositionalScheme,
-        bias: CausalBias | FlexMask | None,
+        bias: AttentionBias,
     ) -> Tensor:
         x = x + self.attn(self.ln_1(x), prepared, pos, bias)
         return x + self.mlp(self.ln_2(x))
@@ -162,23 +170,18 @@ class GPT(nn.Module):
             x = block(x, prepared, self.pos, bias)
         return self.ln_f(x)
 
-    def attention_bias(
-        self, prepared: Prepared, dtype: torch.dtype
-    ) -> CausalBias | FlexMask | None:
+    def attention_bias(self, prepared: Prepared, dtype: torch.dtype) -> AttentionBias:
         """What the attention kernel needs for this forward's positions (None: plain causal)."""
         has_bias = self.pos.has_attention_bias
         if self.config.attention == "flex":
             return FlexMask(self.pos.score_bias if has_bias else None, prepared.fp32)
         if not has_bias:
             return None
-        device = prepared.fp32.device.type
-        if torch.is_autocast_enabled(device):
-            dtype = torch.get_autocast_dtype(device)
         return CausalBias(
             self.pos.attention_bias,
             prepared.fp32,
             self.config.n_head,
-            dtype,
+            compute_dtype(dtype, prepared.fp32.device.type),
             self.config.attn_block_size,
         )
 
@@ -191,10 +194,6 @@ class GPT(nn.Module):
         projection so that the logits are never materialised."""
         hidden = self.hidden_states(idx, positions)
         return linear_cross_entropy(hidden, self.lm_head.weight, targets)
-
-    def token_nll(self, idx: Tensor, targets: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Per-token negative log-likelihood (B, T) in fp32, without gradients."""
-        return linear_token_nll(self.hidden_states(idx, positions), self.lm_head.weight, targets)
 
     def num_parameters(self, non_embedding: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())

@@ -81,6 +81,13 @@ def resolve_precision(setting: str, device_type: str, key: str = "precision") ->
     return choice
 
 
+def compute_dtype(default: torch.dtype, device_type: str) -> torch.dtype:
+    """The dtype matmuls run in at this point: autocast's where it is on, else `default`."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return default
+
+
 def device_type_of(accelerator: str) -> str:
     """The device a Lightning `accelerator` setting will train on ("cpu" or "cuda")."""
     if accelerator in ("gpu", "cuda"):

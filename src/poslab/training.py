@@ -140,6 +140,12 @@ def world_size_for(trainer_cfg: dict[str, Any]) -> int:
     return int(probe.world_size)
 
 
+def tokens_per_step(cfg: DictConfig, world_size: int) -> int:
+    """Tokens one optimizer step trains on: batch × seq_len × accumulation in every process."""
+    accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
+    return cfg.data.batch_size * cfg.data.seq_len * accumulate * world_size
+
+
 def max_steps_for(cfg: DictConfig) -> int:
     """trainer.max_steps, or the optimizer steps that spend train.max_tokens: each step consumes
     batch × seq_len × accumulate_grad_batches tokens in every one of the world-size processes.
@@ -148,19 +154,14 @@ def max_steps_for(cfg: DictConfig) -> int:
     world_size = world_size_for(trainer_cfg)
     if not cfg.train.get("max_tokens"):
         return int(cfg.trainer.max_steps)
-    tokens_per_step = (
-        cfg.data.batch_size
-        * cfg.data.seq_len
-        * int(trainer_cfg.get("accumulate_grad_batches") or 1)
-        * world_size
-    )
-    steps = math.ceil(cfg.train.max_tokens / tokens_per_step)
+    step_tokens = tokens_per_step(cfg, world_size)
+    steps = math.ceil(cfg.train.max_tokens / step_tokens)
     log.info(
         "train.max_tokens=%d: %d steps of %d tokens (%d per process)",
         cfg.train.max_tokens,
         steps,
-        tokens_per_step,
-        tokens_per_step // world_size,
+        step_tokens,
+        step_tokens // world_size,
     )
     return steps
 
@@ -257,11 +258,7 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
                 cache=datamodule.cache,
                 out_dir=out,
                 wandb_run=logger.experiment if isinstance(logger, WandbLogger) else None,
-                trained_tokens=trainer.global_step
-                * cfg.data.batch_size
-                * cfg.data.seq_len
-                * int(cfg.trainer.get("accumulate_grad_batches") or 1)
-                * trainer.world_size,
+                trained_tokens=trainer.global_step * tokens_per_step(cfg, trainer.world_size),
             )
     finally:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:

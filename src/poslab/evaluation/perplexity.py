@@ -171,8 +171,8 @@ def score(
         nll_total += nll.sum(dtype=torch.float64)
         result.tokens += (n - score_from) * len(batch)
         # target j of a window is token start + 1 + j of the split
-        lo = starts.numpy() + 1 + score_from
-        hi = starts.numpy() + 1 + n
+        first = starts.numpy() + 1
+        lo, hi = first + score_from, first + n
         result.words += int((cum_words[hi] - cum_words[lo]).sum())
         result.bytes += int((cum_bytes[hi] - cum_bytes[lo]).sum())
         bar.update(len(batch))

@@ -100,8 +100,7 @@ class Rotary(PositionalScheme):
     def prepare(self, positions: Tensor) -> Prepared:
         prepared = super().prepare(positions)
         with torch.autocast(device_type=positions.device.type, enabled=False):
-            angles = prepared.fp32[:, None] * self.theta.float()[None, :]
-            prepared.extra["rope"] = rotation(angles, self.pairing)
+            prepared.extra["rope"] = rotation(self.angles(prepared.fp32), self.pairing)
         return prepared
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor | Prepared) -> tuple[Tensor, Tensor]:
