@@ -3,15 +3,16 @@
 import hydra
 from omegaconf import DictConfig
 
-from poslab.errors import exit_on_config_error
-from poslab.evaluation.run import run_eval
+from poslab.cli import hydra_task, run_app
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
-@exit_on_config_error
+@hydra_task(owns_folder=False)
 def main(cfg: DictConfig) -> None:
+    from poslab.evaluation.run import run_eval  # after Hydra: a typo fails without importing torch
+
     run_eval(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    run_app(main)

@@ -3,15 +3,16 @@
 import hydra
 from omegaconf import DictConfig
 
-from poslab.errors import exit_on_config_error
-from poslab.training import run_training
+from poslab.cli import hydra_task, run_app
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
-@exit_on_config_error
+@hydra_task(owns_folder=True)
 def main(cfg: DictConfig) -> float:
+    from poslab.training import run_training  # after Hydra: a typo fails without importing torch
+
     return run_training(cfg)["best_val_loss"]
 
 
 if __name__ == "__main__":
-    main()
+    run_app(main, resumable=True)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import re
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +18,14 @@ import pytest
 import torch
 from conftest import WIKITEXT2, make_corpus
 
-from poslab.data import LMDataModule, TokenCache, TokenWindows, local_split_files, read_corpus
+from poslab.data import (
+    LMDataModule,
+    TokenCache,
+    TokenWindows,
+    file_sha256,
+    local_split_files,
+    read_corpus,
+)
 from poslab.errors import ConfigError
 
 
@@ -103,6 +118,196 @@ def test_missing_or_empty_data_is_a_clear_error(tmp_path):
     (tmp_path / "empty" / "train.txt").write_text("")
     with pytest.raises(ConfigError, match="is empty"):
         local_split_files(tmp_path / "empty")
+
+
+def copy_corpus(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_binary_train_file_is_one_clear_error(corpus, tmp_path):
+    data = copy_corpus(corpus, tmp_path / "data")
+    train = data / "train.txt"
+    train.write_bytes(b"the a1 n1\nthe \x00\x01\x02 n2\n")
+    with pytest.raises(ConfigError) as err:
+        read_corpus(None, None, str(data), str(tmp_path / "c"))
+    message = str(err.value)
+    assert "\n" not in message and f"the train file {train} is binary" in message
+    assert "NUL byte at offset 14, line 2" in message
+    # the same file as data.path itself (a single train file), through the cache
+    with pytest.raises(
+        ConfigError, match=re.escape(f"data.path={train}: the train file {train} is binary")
+    ):
+        TokenCache("bin", path=str(train), valid_fraction=0.1, cache_dir=str(tmp_path)).meta()
+
+
+def test_file_that_is_not_utf8_is_one_clear_error(corpus, tmp_path):
+    data = copy_corpus(corpus, tmp_path / "data")
+    valid = data / "valid.txt"
+    valid.write_bytes(" the café n1 .\n the n2 .\n".encode("latin-1"))  # é is byte 0xe9
+    with pytest.raises(ConfigError) as err:
+        TokenCache("latin1", path=str(data), cache_dir=str(tmp_path)).meta()
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"data.path={data}: the validation file {valid} is not UTF-8")
+    assert "(byte 0xe9 at offset 8, line 1)" in message and "iconv" in message
+    valid.write_text("the n1 .\n", encoding="utf-16")  # NUL bytes, but text: say which
+    with pytest.raises(ConfigError, match=re.escape(f"the validation file {valid} is UTF-16 text")):
+        read_corpus(None, None, str(data), str(tmp_path / "c"))
+
+
+def test_utf8_check_follows_characters_across_read_chunks(tmp_path):
+    import poslab.data
+
+    chunk = poslab.data._READ_CHUNK
+    text = tmp_path / "text.txt"
+    # a 3-byte character cut by the chunk boundary is fine...
+    text.write_bytes(b"a" * (chunk - 1) + "€\n".encode() + b"b\n")
+    assert file_sha256(text, "it") == hashlib.sha256(text.read_bytes()).hexdigest()
+    # ...a bad byte after one is reported at its offset in the file...
+    text.write_bytes(b"a\n" * (chunk // 2 - 1) + b"a" + "€".encode() + b"\xff\n")
+    with pytest.raises(ConfigError, match=rf"byte 0xff at offset {chunk + 2}, line {chunk // 2}\)"):
+        file_sha256(text, "it")
+    # ...and so is a character the file ends inside
+    text.write_bytes(b"abc\n" + "€".encode()[:2])
+    with pytest.raises(ConfigError, match="ends inside a multi-byte character at offset 4, line 2"):
+        file_sha256(text, "it")
+
+
+@pytest.mark.parametrize("blank", [" \n\n  \n", "\t\n \u3000 \n"])
+def test_split_with_only_blank_lines_is_one_clear_error(blank, corpus, tmp_path):
+    data = copy_corpus(corpus, tmp_path / "data")
+    valid = data / "valid.txt"
+    valid.write_text(blank, encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        TokenCache("blank", path=str(data), tokenizer="bpe", vocab_size=300,
+                   cache_dir=str(tmp_path)).meta()  # fmt: skip
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"data.path={data}: the validation file {valid} has no words")
+
+
+def test_held_out_validation_with_no_words_names_where_it_comes_from(tmp_path):
+    single = tmp_path / "corpus.txt"
+    single.write_text(" the n1 v1 .\n" * 20 + " \n" * 5)  # the last 10% are blank
+    where = f"the validation split (the last data.valid_fraction=0.1 of the train file {single})"
+    with pytest.raises(ConfigError, match=re.escape(f"{where} has no words")):
+        read_corpus(None, None, str(single), str(tmp_path / "c"), 0.1)
+
+
+def test_split_of_only_unknown_words_is_one_clear_error(corpus, tmp_path):
+    data = copy_corpus(corpus, tmp_path / "data")
+    test = data / "test.txt"
+    test.write_text(" zebra yak \n\n gnu .x \n")  # not one word of train's
+    with pytest.raises(
+        ConfigError, match=re.escape(f"the test file {test} has no token but <unk>")
+    ):
+        TokenCache("unk", path=str(data), cache_dir=str(tmp_path)).meta()
+    with pytest.raises(ConfigError, match=r"the train file .* raise data\.vocab_size"):
+        TokenCache("unk", path=str(corpus), vocab_size=2, cache_dir=str(tmp_path)).meta()
+
+
+def test_cache_is_rebuilt_when_a_file_changes_with_size_and_mtime_kept(corpus, tmp_path, caplog):
+    data = copy_corpus(corpus, tmp_path / "data")
+    valid = data / "valid.txt"
+    cache = TokenCache("same-stat", path=str(data), cache_dir=str(tmp_path / "cache"))
+    meta = cache.meta()
+    assert meta["inputs"]["files"]["validation"]["sha256"] == file_sha256(valid)
+    old_ids = np.array(cache.split("validation").ids)
+    # same size, same mtime, other text (as cp -p of another file, or a rewrite within a second)
+    stat = valid.stat()
+    text = valid.read_text()
+    changed = text.replace(" the ", " a10 ", 1)  # a10 is a word of train, as long as `the`
+    assert len(changed) == len(text) and changed != text
+    valid.write_text(changed)
+    os.utime(valid, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (valid.stat().st_size, valid.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+
+    again = TokenCache("same-stat", path=str(data), cache_dir=str(tmp_path / "cache"))
+    assert again.folder == cache.folder and again.complete  # same key: size and mtime agree
+    with caplog.at_level(logging.INFO, logger="poslab.data"):
+        new_meta = again.meta()
+    assert f"rebuilding the token cache {again.folder}: the content of {valid.resolve()} " \
+        "changed" in caplog.text  # fmt: skip
+    assert "tokenizing" in caplog.text
+    assert new_meta["inputs"]["files"]["validation"]["sha256"] == file_sha256(valid)
+    # the new text is what was tokenized (not the old one, from `datasets`' own cache)
+    tok = again.tokenizer()
+    new_ids = np.array(again.split("validation").ids)
+    eos = tok.token_to_id("<eos>")
+    assert [tok.id_to_token(int(i)) for i in new_ids if i != eos] == changed.split()
+    assert len(new_ids) == len(old_ids) and (new_ids != old_ids).sum() == 1
+    # and once rebuilt, it is reused as it is
+    caplog.clear()
+    stamp = {p: p.stat().st_mtime_ns for p in again.folder.iterdir()}
+    third = TokenCache("same-stat", path=str(data), cache_dir=str(tmp_path / "cache"))
+    with caplog.at_level(logging.INFO, logger="poslab.data"):
+        assert third.meta() == new_meta
+    assert "tokenizing" not in caplog.text and "rebuilding" not in caplog.text
+    assert {p: p.stat().st_mtime_ns for p in third.folder.iterdir()} == stamp
+
+
+def test_cache_without_input_checksums_is_rebuilt(corpus, tmp_path, caplog):
+    """A meta.json with other checksums (or none) never passes for these files."""
+    cache = TokenCache("old", path=str(corpus), cache_dir=str(tmp_path))
+    meta = cache.meta()
+    del meta["inputs"]
+    (cache.folder / "meta.json").write_text(json.dumps(meta))
+    again = TokenCache("old", path=str(corpus), cache_dir=str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="poslab.data"):
+        assert again.meta()["inputs"]["files"]["train"]["sha256"] == file_sha256(
+            corpus / "train.txt"
+        )
+    assert "rebuilding the token cache" in caplog.text
+
+
+STALE_RACE = r"""
+import hashlib, logging, sys, time
+from pathlib import Path
+logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
+from poslab.data import TokenCache
+corpus, cache_dir, ready, go = sys.argv[1:5]
+Path(ready).touch()
+while not Path(go).exists():  # both processes ask for the cache at the same moment
+    time.sleep(0.001)
+cache = TokenCache("race", path=corpus, cache_dir=cache_dir)
+ids = cache.split("validation").ids
+print(cache.meta()["inputs"]["files"]["validation"]["sha256"], hashlib.sha256(ids).hexdigest())
+"""
+
+
+def test_two_processes_on_a_stale_cache_rebuild_it_once(corpus, tmp_path):
+    """Both see a cache built from other contents; one rebuilds it, the other waits and reads."""
+    data = copy_corpus(corpus, tmp_path / "data")
+    cache_dir = tmp_path / "cache"
+    TokenCache("race", path=str(data), cache_dir=str(cache_dir)).meta()
+    valid = data / "valid.txt"
+    stat = valid.stat()
+    valid.write_text(valid.read_text().replace(" the ", " a10 ", 1))  # same size, other text
+    os.utime(valid, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    args = [sys.executable, "-c", STALE_RACE, str(data), str(cache_dir)]
+    procs = [
+        subprocess.Popen([*args, str(tmp_path / f"ready{i}"), str(tmp_path / "go")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "the processes did not start"
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
+        outputs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    # both read the same cache, rebuilt from the file as it is now
+    assert outputs[0][0] == outputs[1][0] and outputs[0][0].split()[0] == file_sha256(valid)
+    logs = "".join(err for _, err in outputs)
+    assert logs.count("rebuilding the token cache") == 1 and logs.count("tokenizing") == 1, logs
 
 
 def test_windows_are_contiguous_and_shifted():

@@ -1,3 +1,33 @@
 """poslab: positional encodings and length extrapolation for small GPT-style language models."""
 
+import secrets
+
+from omegaconf import OmegaConf
+
 __version__ = "0.1.0"
+
+# A per-process token for run folder names (`${uid:}` in conf/hydra/default.yaml): two runs
+# started in the same second get different folders. Drawn once, so every resolution of
+# hydra.run.dir in this process agrees (and DDP ranks, started with hydra.run.dir set, share it).
+_UID = secrets.token_hex(3)
+if not OmegaConf.has_resolver("uid"):
+    OmegaConf.register_new_resolver("uid", lambda: _UID)
+
+
+def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None) -> str:
+    """eval.py's working folder (its eval.log): out_dir, else the evaluated run's folder, so an
+    evaluation creates no folder of its own (`${eval_dir:...}` in conf/eval.yaml)."""
+    from pathlib import Path
+
+    if out_dir:
+        return str(out_dir)
+    if run:
+        return str(run)
+    if ckpt:
+        parent = Path(ckpt).expanduser().parent
+        return str(parent.parent if parent.name == "checkpoints" else parent)
+    return "outputs/eval"  # neither given: eval.py stops with an error (and removes it if empty)
+
+
+if not OmegaConf.has_resolver("eval_dir"):
+    OmegaConf.register_new_resolver("eval_dir", _eval_dir)

@@ -64,6 +64,14 @@ def load_checkpoint(
         config = {**config, "pos": {**config["pos"], **pos_overrides}}
     model = build_model(config, vocab_size)
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:  # a size mismatch or a missing weight, listed one per line
+        detail = next((ln.strip() for ln in str(err).splitlines()[1:] if ln.strip()), str(err))
+        what = f"eval.pos_overrides={pos_overrides}" if pos_overrides else "the model config"
+        raise ConfigError(
+            f"{what} does not fit the weights in {path} ({detail.rstrip('.')}); "
+            "change only options that keep the scheme's parameters"
+        ) from None
     model.eval()
     return model, config

@@ -1,4 +1,7 @@
-"""Optional Lightning callbacks of the harness.
+"""Lightning callbacks and plugins of the harness.
+
+`LastCheckpoint` keeps `last.ckpt` fresh every `checkpoint.every_n_steps` steps and on SIGTERM /
+SIGINT; `AtomicCheckpointIO` makes every checkpoint write all-or-nothing.
 
 `RankFingerprints` (`++train.fingerprints=true`) makes a multi-process run checkable after the
 fact: every rank writes `<run>/fingerprints/rank<k>.json` with digests of the training batches
@@ -12,11 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 
 def tensor_digest(named: list[tuple[str, torch.Tensor]]) -> str:
@@ -82,3 +90,91 @@ class RankFingerprints(L.Callback):
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"rank{trainer.global_rank}.json"
         path.write_text(json.dumps(record, indent=1))
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written to a temporary file in the same folder, then renamed over the old
+    one: a kill during a save leaves the previous checkpoint intact, never a truncated file."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            super().save_checkpoint(checkpoint, tmp, storage_options)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class LastCheckpoint(L.Callback):
+    """Keeps `last.ckpt` no more than `every_n_steps` optimizer steps old (and saves it at every
+    validation and at the end of training), and turns SIGTERM (preemption) and SIGINT (Ctrl-C)
+    into: finish this optimizer step, save `last.ckpt`, stop. A second signal stops at once.
+
+    Saves happen only between optimizer steps (never inside gradient accumulation), so a resumed
+    run continues at exactly the batch where this one stopped."""
+
+    def __init__(self, path: str | Path, every_n_steps: int | None) -> None:
+        self.path = Path(path)
+        self.every_n_steps = every_n_steps
+        self.signal: int | None = None  # the signal that asked this run to stop
+        self.stopped_at: int | None = None  # the step saved when it stopped
+        self._previous: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signal is not None:  # asked twice: stop now
+            self._restore_handlers()
+            raise KeyboardInterrupt
+        self.signal = signum
+        name = signal.Signals(signum).name
+        print(
+            f"\n{name}: saving a checkpoint after this step, then stopping ({name} again stops "
+            "at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is threading.main_thread():  # only it may set handlers
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.getsignal(signum)
+                signal.signal(signum, self._on_signal)
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+        batch_idx: int,
+    ) -> None:  # fmt: skip
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return  # inside an accumulation: no optimizer step was taken
+        stop = self.signal is not None
+        if trainer.world_size > 1:  # every rank must stop at the same step
+            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
+        step = trainer.global_step
+        if stop:
+            trainer.save_checkpoint(self.path)
+            self.stopped_at = step
+            trainer.should_stop = True
+        elif self.every_n_steps and step % self.every_n_steps == 0:
+            trainer.save_checkpoint(self.path)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            trainer.save_checkpoint(self.path)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.stopped_at is None:  # the final state, from which a longer run may continue
+            trainer.save_checkpoint(self.path)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_handlers()

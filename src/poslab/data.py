@@ -2,8 +2,10 @@
 
 A corpus is read once through `datasets` (from the hub by id, or from local split files), a
 tokenizer is trained on its train split, and every split's token ids are written to a cache folder
-keyed by the corpus and tokenizer settings, so a second run starts in seconds. Each line ends with
-an `<eos>` token, as in WikiText's standard word-level setup.
+keyed by the corpus and tokenizer settings, so a second run starts in seconds (the cache records
+a sha256 of each local input file and is rebuilt when their content changes). Local files must be
+UTF-8 text, and every split must have some words. Each line ends with an `<eos>` token, as in
+WikiText's standard word-level setup.
 
 For tokenizer-independent metrics every split also stores, per token, how many words and UTF-8
 bytes of the original text it completes: a line's counts sit on its `<eos>` token, so any set of
@@ -12,7 +14,9 @@ scored tokens that covers whole lines sums to the exact word and byte counts.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -27,9 +31,10 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from poslab.errors import ConfigError
+from poslab.sampling import ResumableLoader, RunBatches
 
 try:  # POSIX file locks; Windows has none (see _exclusive_lock)
     import fcntl
@@ -49,7 +54,7 @@ SPLIT_FILES = {
     "test": ("test.txt", "wiki.test.tokens"),
 }
 TOKENIZERS = ("word", "bpe")
-CACHE_VERSION = 3  # 3: word vocabularies renumbered without holes
+CACHE_VERSION = 4  # 3: word vocabularies renumbered without holes; 4: meta.json has "inputs"
 
 
 @dataclass
@@ -109,33 +114,155 @@ def local_split_files(path: str | Path) -> dict[str, str]:
     return files
 
 
-def read_corpus(
+# Files are read in chunks of this size when they are checked and hashed: measured fastest for
+# the UTF-8 check (the decoded chunk stays in the CPU cache; 1 MiB chunks are ~3x slower).
+_READ_CHUNK = 1 << 17
+
+
+def _line_of(file: str | Path, offset: int) -> int:
+    """The line number of byte `offset` of `file` (counted only when an error is reported, so
+    the check itself stays one pass)."""
+    line = 1
+    with open(file, "rb") as f:
+        while offset > 0 and (chunk := f.read(min(_READ_CHUNK, offset))):
+            line += chunk.count(b"\n")
+            offset -= len(chunk)
+    return line
+
+
+def file_sha256(file: str | Path, check_text: str | None = None) -> str:
+    """sha256 of a file, read in chunks (never whole). With `check_text` (how to name the file
+    in an error, e.g. "data.path=X: the train file X/train.txt") it also checks, in the same
+    pass, that the file is UTF-8 text: a NUL byte (binary data, UTF-16) or bytes that are not
+    UTF-8 are a ConfigError naming the file, not a UnicodeDecodeError deep inside `datasets`.
+
+    Cost measured on a 2-core VM, page-cached WikiText-2 train.txt (10.8 MB): 7.5 ms to hash
+    (sha256 runs on the CPU's SHA extensions through OpenSSL), 13 ms to hash and check, i.e.
+    ~0.4 s and ~0.65 s for WikiText-103's 540 MB (blake2b: 14 ms, slower here)."""
+    digest = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")() if check_text else None
+    buffer = bytearray(_READ_CHUNK)
+    view = memoryview(buffer)
+    offset = 0
+    try:
+        with open(file, "rb", buffering=0) as f:
+            while n := f.readinto(buffer):
+                digest.update(view[:n])
+                if check_text:
+                    _check_text_chunk(file, check_text, buffer, n, offset, decoder)
+                offset += n
+        if check_text:
+            _check_text_chunk(file, check_text, buffer, 0, offset, decoder)
+    except OSError as err:
+        raise ConfigError(
+            f"{check_text or file}: cannot read {file} ({err.strerror or err}); fix its "
+            "permissions or point data.path elsewhere"
+        ) from None
+    return digest.hexdigest()
+
+
+def _check_text_chunk(
+    file: str | Path, who: str, buffer: bytearray, n: int, offset: int, decoder: Any
+) -> None:
+    """One step of file_sha256's UTF-8 check: buffer[:n] holds the file's bytes from `offset`
+    on; n = 0 ends the file."""
+    if offset == 0 and buffer[: min(n, 2)] in (b"\xff\xfe", b"\xfe\xff"):
+        raise ConfigError(
+            f"{who} is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8; "
+            "convert it to UTF-8 (e.g. iconv -f utf-16 -t utf-8)"
+        )
+    nul = buffer.find(b"\0", 0, n)
+    if nul >= 0:
+        at = offset + nul
+        raise ConfigError(
+            f"{who} is binary, not text (a NUL byte at offset {at}, line "
+            f"{_line_of(file, at)}); data.path must hold UTF-8 text files"
+        )
+    pending = len(decoder.getstate()[0])  # bytes of a character cut by the previous chunk
+    try:
+        decoder.decode(memoryview(buffer)[:n], final=n == 0)
+    except UnicodeDecodeError as err:
+        at = offset - pending + err.start
+        problem = (
+            f"byte 0x{err.object[err.start]:02x} at offset {at}"
+            if n
+            else f"it ends inside a multi-byte character at offset {at}"
+        )
+        raise ConfigError(
+            f"{who} is not UTF-8 text ({problem}, line {_line_of(file, at)}); convert it to "
+            "UTF-8 (e.g. iconv -f latin1 -t utf-8 for Latin-1 text)"
+        ) from None
+
+
+@dataclass
+class Corpus:
+    """The lines of each split, what they were read from (with checksums: the cache's
+    meta.json "inputs"), and how to name each split in an error message."""
+
+    lines: dict[str, list[str]]
+    inputs: dict[str, Any]
+    names: dict[str, str]
+
+
+def load_corpus(
     hub_id: str | None,
     hub_config: str | None,
     path: str | None,
     cache_dir: str,
     valid_fraction: float = 0.0,
-) -> dict[str, list[str]]:
-    """Lines of each split, read through `datasets` (local text files or the hub)."""
+) -> Corpus:
+    """Read every split through `datasets` (local text files or the hub), after checking that
+    local files are UTF-8 text; a split with no words (only blank lines) is a ConfigError."""
     import datasets
 
     datasets.disable_progress_bars()
-    hf_cache = os.path.join(cache_dir, "hf_datasets")
     if path is not None:
         files = local_split_files(path)
-        loaded = datasets.load_dataset("text", data_files=files, cache_dir=hf_cache)
+        prefix = f"data.path={path}: "
+        names = {split: f"{prefix}the {split} file {file}" for split, file in files.items()}
+        # hashed before `datasets` reads them: a file changed in between then fails the cache's
+        # check next time (a rebuild) rather than passing it with tokens of the old text
+        inputs = {
+            "files": {
+                split: {
+                    "path": str(Path(file).resolve()),
+                    "sha256": file_sha256(file, names[split]),
+                }
+                for split, file in files.items()
+            }
+        }
+        # a throwaway `datasets` cache: its own would key these files by path and mtime, and
+        # hand back the old text of a file rewritten with its mtime kept (cp -p, os.utime)
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(
+            dir=cache_dir, prefix=".hf-", ignore_cleanup_errors=True
+        ) as hf_tmp:
+            loaded = datasets.load_dataset("text", data_files=files, cache_dir=hf_tmp)
+            lines = {split: list(loaded[split]["text"]) for split in SPLITS if split in loaded}
+            del loaded
     elif hub_id is not None:
         try:
-            loaded = datasets.load_dataset(hub_id, hub_config, cache_dir=hf_cache)
+            loaded = datasets.load_dataset(
+                hub_id, hub_config, cache_dir=os.path.join(cache_dir, "hf_datasets")
+            )
         except Exception as err:  # connection errors come in many types across versions
             raise ConfigError(
                 f"could not load {hub_id} ({hub_config}) from the Hugging Face hub "
                 f"({type(err).__name__}); offline? pass data.path=DIR with train.txt, valid.txt, "
                 "test.txt"
             ) from None
+        lines = {split: list(loaded[split]["text"]) for split in SPLITS if split in loaded}
+        prefix = ""
+        names = {split: f"the {split} split of {hub_id} ({hub_config})" for split in lines}
+        # what `datasets` identifies this download by (its fingerprint follows the hub revision
+        # and the builder config); recorded, not checked on reuse: see TokenCache.current_inputs
+        inputs = {
+            "hub_id": hub_id,
+            "hub_config": hub_config,
+            "fingerprints": {s: getattr(loaded[s], "_fingerprint", None) for s in lines},
+        }
     else:
         raise ConfigError("no corpus given: set data.path=DIR (or data.hub_id for the hub)")
-    lines = {split: list(loaded[split]["text"]) for split in SPLITS if split in loaded}
     if "validation" not in lines:
         if not 0.0 < valid_fraction < 1.0:
             raise ConfigError(
@@ -144,7 +271,28 @@ def read_corpus(
             )
         cut = int(len(lines["train"]) * (1.0 - valid_fraction))
         lines["train"], lines["validation"] = lines["train"][:cut], lines["train"][cut:]
-    return lines
+        source = names["train"].removeprefix(prefix)
+        held_out = f"data.valid_fraction={valid_fraction}"
+        names["train"] = f"{prefix}the train split ({source} less its last {held_out})"
+        names["validation"] = f"{prefix}the validation split (the last {held_out} of {source})"
+    for split, split_lines in lines.items():
+        if not any(line.strip() for line in split_lines):  # stops at the first word
+            raise ConfigError(
+                f"{names[split]} has no words ({len(split_lines)} blank or whitespace-only "
+                "lines); give every split some text"
+            )
+    return Corpus(lines, inputs, names)
+
+
+def read_corpus(
+    hub_id: str | None,
+    hub_config: str | None,
+    path: str | None,
+    cache_dir: str,
+    valid_fraction: float = 0.0,
+) -> dict[str, list[str]]:
+    """Lines of each split, read through `datasets` (local text files or the hub)."""
+    return load_corpus(hub_id, hub_config, path, cache_dir, valid_fraction).lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,18 +470,30 @@ class TokenCache:
         """Read, tokenize and write every split (meta.json last: it marks the cache complete)."""
         s = self.settings
         log.info("tokenizing %s into %s", s["path"] or s["hub_id"], self.folder)
-        lines = read_corpus(
+        corpus = load_corpus(
             s["hub_id"], s["hub_config"], s["path"], self.cache_dir, s["valid_fraction"]
         )
-        tokenizer = train_tokenizer(lines["train"], s["tokenizer"], s["vocab_size"])
+        tokenizer = train_tokenizer(corpus.lines["train"], s["tokenizer"], s["vocab_size"])
         self.folder.mkdir(parents=True, exist_ok=True)
         _atomic_save(self.folder / "tokenizer.json", lambda p: tokenizer.save(p))
         # ids, not the count of entries: the trainer may leave a gap (a special token that is
         # also a corpus word, like WikiText's <unk>, is counted twice but stored once)
         vocab_size = max(tokenizer.get_vocab().values()) + 1
-        meta = {"settings": s, "vocab_size": vocab_size, "splits": {}}
-        for split, split_lines in lines.items():
+        meta = {"settings": s, "inputs": corpus.inputs, "vocab_size": vocab_size, "splits": {}}
+        special = [
+            i for i in (tokenizer.token_to_id(EOS), tokenizer.token_to_id(UNK)) if i is not None
+        ]
+        for split, split_lines in corpus.lines.items():
             tokens = encode_lines(tokenizer, split_lines)
+            # load_corpus saw words in every split; here none may be left but <unk> (a word
+            # vocabulary learned from other text, or one cut to nothing by data.vocab_size)
+            if np.isin(tokens.ids, special).all():
+                vocab = f" of data.vocab_size={s['vocab_size']}" if s["vocab_size"] else ""
+                raise ConfigError(
+                    f"{corpus.names[split]} has no token but {UNK} and {EOS}: none of its words "
+                    f"is in the vocabulary{vocab} learned from the train split; check that it "
+                    "is text of the same corpus" + (", or raise data.vocab_size" if vocab else "")
+                )
             for field in ("ids", "words", "bytes"):
                 array = getattr(tokens, field)
                 _atomic_save(self._file(split, field), lambda p, a=array: _save_npy(p, a))
@@ -344,24 +504,79 @@ class TokenCache:
             }
         _atomic_save(self.folder / "meta.json", lambda p: Path(p).write_text(json.dumps(meta)))
 
+    def current_inputs(self) -> dict[str, dict[str, str]] | None:
+        """split -> {path, sha256} of each local split file as it is now, to check against the
+        "inputs" meta.json recorded at build time.
+
+        The folder's key holds each file's size and mtime, which a copy (cp -p) or a rewrite
+        within the same second keeps: only the content hash tells such files apart, so it is
+        checked on every reuse, not only on build. A cheaper check (say size, mtime_ns and
+        ctime) would have to handle racy timestamps as git does; hashing costs ~0.4 s for
+        WikiText-103's 540 MB (see file_sha256), next to minutes of training, so it is not
+        worth that risk.
+
+        None for a hub corpus: it is identified by hub id and config (in the folder's key);
+        its meta.json records the `datasets` fingerprints it was built from, but checking its
+        revision would need the network on every run: delete the cache folder to pick up a new
+        revision of a hub dataset."""
+        if self.settings["path"] is None:
+            return None
+        files = local_split_files(self.settings["path"])
+        return {
+            split: {"path": str(Path(file).resolve()), "sha256": file_sha256(file)}
+            for split, file in files.items()
+        }
+
+    def _checked_meta(self, inputs: Any) -> tuple[dict | None, str | None]:
+        """(meta.json, None) if the cache is complete and built from the files `inputs()` (a
+        call: the files are hashed only when there is a meta.json to check against); else
+        (None, why it cannot be used, or None if it is just not built yet)."""
+        try:
+            meta = json.loads((self.folder / "meta.json").read_text())
+        except FileNotFoundError:
+            return None, None
+        except ValueError:  # atomic writes make this unlikely, but a torn copy of the folder...
+            return None, "its meta.json is not valid JSON"
+        current = inputs()
+        if current is None:
+            return meta, None
+        built = meta.get("inputs", {}).get("files", {})
+        changed = [
+            (current.get(split) or built[split])["path"]
+            for split in sorted(set(built) | set(current))
+            if built.get(split, {}).get("sha256") != current.get(split, {}).get("sha256")
+        ]
+        if changed:
+            return None, f"the content of {', '.join(changed)} changed since it was built"
+        return meta, None
+
     @property
     def lock_file(self) -> Path:
         """Beside the cache folder, not in it: the folder is created by the build."""
         return Path(self.cache_dir) / f"{self.folder.name}.lock"
 
     def meta(self) -> dict:
-        """Split sizes and vocabulary size; builds the cache first if it is incomplete. Read
-        once per instance (every split() and vocab_size lookup asks for it).
+        """Split sizes and vocabulary size; builds the cache first if it is incomplete, or
+        rebuilds it if it was built from other contents of the input files. Read once per
+        instance (every split() and vocab_size lookup asks for it).
 
         Only one process builds: whoever takes the lock first (in a DDP run every rank gets
         here when the model is built, before Lightning's prepare_data barrier), while the
         others wait for it and then read the finished cache."""
         if self._meta is None:
-            if not self.complete:
+            inputs = functools.cache(self.current_inputs)  # hash the files at most once here
+            meta, _ = self._checked_meta(inputs)
+            if meta is None:
                 with _exclusive_lock(self.lock_file, self.folder):
-                    if not self.complete:  # another process may have built it while we waited
+                    # another process may have (re)built it while we waited
+                    meta, stale = self._checked_meta(inputs)
+                    if meta is None:
+                        if stale:
+                            log.warning("rebuilding the token cache %s: %s", self.folder, stale)
+                            (self.folder / "meta.json").unlink(missing_ok=True)  # incomplete now
                         self.build()
-            self._meta = json.loads((self.folder / "meta.json").read_text())
+                        meta = json.loads((self.folder / "meta.json").read_text())
+            self._meta = meta
         return self._meta
 
     def split(self, split: str) -> TokenizedSplit:
@@ -417,6 +632,7 @@ class LMDataModule(L.LightningDataModule):
         eval_batch_size: int | None = None,
         num_workers: int = 0,
         word_level: bool = False,
+        seed: int = 0,
         **corpus: Any,
     ) -> None:
         super().__init__()
@@ -430,6 +646,7 @@ class LMDataModule(L.LightningDataModule):
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers = num_workers
         self.word_level = word_level
+        self.seed = seed  # fixes the order of training batches (poslab.sampling)
 
     @property
     def vocab_size(self) -> int:
@@ -443,16 +660,40 @@ class LMDataModule(L.LightningDataModule):
         self.val_set = TokenWindows(self.cache.split("validation").ids, self.seq_len, "validation")
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(
+        """The run's batches in a resumable order (poslab.sampling): one stream of
+        max_steps × accumulation batches, starting at the batch the run has reached."""
+        trainer = self.trainer
+        if trainer is None:  # outside a Trainer: one data epoch from the start
+            total = len(self.train_set) // self.batch_size
+            batches = RunBatches(len(self.train_set), self.batch_size, self.seed, total)
+        else:
+            accumulate = trainer.accumulate_grad_batches
+            batches = RunBatches(
+                len(self.train_set),
+                self.batch_size,
+                self.seed,
+                total_batches=trainer.max_steps * accumulate,
+                start=lambda: trainer.global_step * accumulate,
+                rank=trainer.global_rank,
+                world_size=trainer.world_size,
+            )
+        return ResumableLoader(
             self.train_set,
-            batch_size=self.batch_size,
-            shuffle=True,
-            drop_last=True,
+            batches,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
     def val_dataloader(self) -> DataLoader:
+        sampler = None
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1:  # each rank validates its part
+            sampler = DistributedSampler(
+                self.val_set, trainer.world_size, trainer.global_rank, shuffle=False
+            )
         return DataLoader(
-            self.val_set, batch_size=self.eval_batch_size, num_workers=self.num_workers
+            self.val_set,
+            batch_size=self.eval_batch_size,
+            sampler=sampler,
+            num_workers=self.num_workers,
         )

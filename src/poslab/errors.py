@@ -9,29 +9,38 @@ from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# the exit code of every bad-input error (a config, a corpus, a checkpoint, a diverged run)
+EXIT_BAD_INPUT = 2
+
 
 class ConfigError(ValueError):
     """Bad input from the user (config, data, checkpoint). The message says what to change."""
 
+    reported = False  # set once the line has been printed (a sweep re-raises it at its end)
 
-def _in_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+class TrainingDiverged(ConfigError):
+    """The loss or the weights became non-finite: the run stops at once (its hyperparameters,
+    usually the learning rate or a scheme option, are the input to change)."""
+
+
+def report(err: ConfigError) -> None:
+    """Print `error: <message>` on stderr, once."""
+    if not err.reported:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        err.reported = True
 
 
 def exit_on_config_error(fn: F) -> F:
-    """Turn a ConfigError raised anywhere below `fn` into `error: <message>` and exit code 2."""
+    """For scripts without Hydra: a ConfigError raised anywhere below `fn` becomes
+    `error: <message>` on stderr and exit code 2. (Hydra entry points use poslab.cli.)"""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr, flush=True)
-            if _in_multirun():
-                raise  # Hydra marks this job failed and goes on with the sweep's other jobs
-            raise SystemExit(2) from None
+            report(err)
+            raise SystemExit(EXIT_BAD_INPUT) from None
 
     return wrapper  # type: ignore[return-value]

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from torch import Tensor
 
 from poslab.build import build_model
+from poslab.errors import TrainingDiverged
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,16 @@ def fused_adamw_supported(device: torch.device) -> bool:
     return device.type == "cpu" and (major, minor) >= (2, 4)
 
 
+def _numpy_state_to_plain(state: tuple) -> list:
+    kind, keys, pos, has_gauss, cached = state
+    return [kind, torch.from_numpy(np.asarray(keys).astype(np.int64)), pos, has_gauss, cached]
+
+
+def _numpy_state_from_plain(state: list) -> tuple:
+    kind, keys, pos, has_gauss, cached = state
+    return kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached
+
+
 class LanguageModel(L.LightningModule):
     """Wraps a GPT built from the resolved run config, which it stores in every checkpoint
     (`hyper_parameters["config"]`), so the model can be rebuilt from the checkpoint alone."""
@@ -64,6 +77,10 @@ class LanguageModel(L.LightningModule):
         self.optim = config["optim"]
         self._matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}
         self._last_step_time: float | None = None
+        # the first step whose loss was not finite (-1: none). On a GPU it is recorded on the
+        # device and read only every log_every_n_steps and before a checkpoint is written, so
+        # the check costs no host sync per step.
+        self._first_nonfinite_step: Tensor | None = None
 
     def forward(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
         return self.model(idx, positions)
@@ -74,6 +91,7 @@ class LanguageModel(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         loss = self._loss(batch)
+        self._watch_loss(loss)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         now = time.perf_counter()
@@ -94,6 +112,62 @@ class LanguageModel(L.LightningModule):
         if val_loss is not None:
             self.log("val/ppl", torch.exp(val_loss.float()), sync_dist=True)
         self._last_step_time = None  # validation time is not training throughput
+
+    # -- divergence ---------------------------------------------------------------------------
+
+    def _watch_loss(self, loss: Tensor) -> None:
+        """Stop at the first non-finite training loss (a CPU checks every step; a GPU records it
+        on the device and checks every log_every_n_steps, and before every checkpoint)."""
+        step = self.trainer.global_step
+        bad = ~torch.isfinite(loss.detach())
+        if loss.device.type == "cpu":
+            if bad.item():
+                self._diverged(f"train/loss is {loss.item()} at step {step}")
+            return
+        if self._first_nonfinite_step is None:
+            self._first_nonfinite_step = torch.full((), -1, device=loss.device)
+        first = self._first_nonfinite_step
+        self._first_nonfinite_step = torch.where(bad & (first < 0), step, first)
+        if step % max(1, self.trainer.log_every_n_steps) == 0:
+            self._check_recorded_loss()
+
+    def _check_recorded_loss(self) -> None:
+        if self._first_nonfinite_step is not None:
+            first = int(self._first_nonfinite_step.item())
+            if first >= 0:
+                self._diverged(f"train/loss became non-finite at step {first}")
+
+    def _diverged(self, what: str) -> None:
+        raise TrainingDiverged(what)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Never write a diverged model over the last good checkpoint; store the RNG states and
+        the W&B run id, so a resumed run continues the same random stream and the same W&B run."""
+        self._check_recorded_loss()
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            raise TrainingDiverged(f"the weights are non-finite at step {self.trainer.global_step}")
+        checkpoint["rng_states"] = {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            # plain types and tensors only, so checkpoints load with weights_only=True
+            "numpy": _numpy_state_to_plain(np.random.get_state()),
+            "python": random.getstate(),
+        }
+        logger = self.logger if self._trainer is not None else None
+        if logger is not None and type(logger).__name__ == "WandbLogger":
+            checkpoint["wandb_run_id"] = logger.version
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # In DDP every rank resumes with rank 0's states (only rank 0 writes checkpoints): this
+        # matters only for dropout masks; the data order does not use these generators.
+        states = checkpoint.get("rng_states")
+        if not states:
+            return
+        torch.set_rng_state(states["torch"])
+        if states["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(states["cuda"][: torch.cuda.device_count()])
+        np.random.set_state(_numpy_state_from_plain(states["numpy"]))
+        random.setstate(states["python"])
 
     def _use_fused_adamw(self) -> bool:
         """Fused AdamW where gradients reach it unscaled: not with fp16's loss scaler (the fused

@@ -6,6 +6,8 @@ import contextlib
 import logging
 import math
 import os
+import signal
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,20 +22,16 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.build import instantiate_checked
-from poslab.callbacks import RankFingerprints
-from poslab.errors import ConfigError
+from poslab.build import instantiate_checked, read_checkpoint
+from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, RankFingerprints
+from poslab.cli import log_to_file, run_dir, write_status
+from poslab.errors import ConfigError, TrainingDiverged
 from poslab.lit import LanguageModel
+from poslab.model import GPTConfig
 from poslab.precision import device_type_of, resolve_precision
+from poslab.validate import TRAIN_SCHEMA, check_schema
 
 log = logging.getLogger(__name__)
-
-
-def run_dir() -> Path:
-    """This job's output folder (Hydra's), or the current folder outside Hydra."""
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return Path.cwd()
 
 
 def sweep_group() -> str | None:
@@ -56,21 +54,44 @@ def wandb_offline(setting: bool | None) -> bool:
     return not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"))
 
 
-def build_logger(config: dict[str, Any], out: Path) -> Any:
+def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None) -> Any:
     """The configured Lightning logger (False for logger=none). For W&B the group is resolved
-    here and written back into `config`, so checkpoints (and eval.py) know it."""
+    here and written back into `config`, so checkpoints (and eval.py) know it; a resumed run
+    continues its W&B run (`wandb_id`). W&B is started here, with a bounded wait: if it cannot
+    start online (no network, bad credentials), the run goes on with an offline W&B run."""
     logger_cfg = dict(config.get("logger") or {})
     if not logger_cfg:
         return False
     kwargs: dict[str, Any] = {"save_dir": str(out)}
-    if logger_cfg["_target_"].endswith("WandbLogger"):
-        offline = wandb_offline(logger_cfg.pop("offline", None))
-        logger_cfg["group"] = logger_cfg.get("group") or sweep_group() or config.get("run_name")
-        config["logger"]["group"] = logger_cfg["group"]
-        # each job of a sweep is its own W&B run; the resolved config arrives through the
-        # LightningModule's hyperparameters
-        kwargs.update(offline=offline, reinit="finish_previous")
-    return instantiate_checked(logger_cfg, **kwargs)
+    if not logger_cfg["_target_"].endswith("WandbLogger"):
+        return instantiate_checked(logger_cfg, **kwargs)
+    offline = wandb_offline(logger_cfg.pop("offline", None))
+    timeout = float(logger_cfg.pop("init_timeout", 60))
+    logger_cfg["group"] = logger_cfg.get("group") or sweep_group() or config.get("run_name")
+    config["logger"]["group"] = logger_cfg["group"]
+    # each job of a sweep is its own W&B run; the resolved config arrives through the
+    # LightningModule's hyperparameters
+    kwargs.update(reinit="finish_previous")
+    if wandb_id:
+        kwargs.update(id=wandb_id, resume="allow")
+    if not offline:
+        import wandb
+
+        kwargs["settings"] = wandb.Settings(init_timeout=timeout)
+        logger = instantiate_checked(logger_cfg, offline=False, **kwargs)
+        try:
+            logger.experiment  # noqa: B018 -- starts the W&B run now, within init_timeout
+            return logger
+        except Exception as err:  # wandb raises many types (CommError, UsageError, timeouts)
+            log.warning(
+                "W&B could not start online (%s: %s); logging offline to %s instead (upload "
+                "later with `wandb sync`)",
+                type(err).__name__,
+                str(err).splitlines()[0] if str(err) else "",
+                out / "wandb",
+            )
+            kwargs.pop("settings")
+    return instantiate_checked(logger_cfg, offline=True, **kwargs)
 
 
 # the lightning.Trainer arguments that decide how many processes train
@@ -166,10 +187,93 @@ def max_steps_for(cfg: DictConfig) -> int:
     return steps
 
 
+def check_run_config(cfg: DictConfig) -> None:
+    """Every option checked before any work: the schema (types, ranges, choices), the model and
+    the scheme (built once, cheaply, so their own checks run), the training length, and every
+    evaluation length the after-training evaluation must cover."""
+    check_schema(cfg, TRAIN_SCHEMA)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    model_cfg = {k: v for k, v in config["model"].items() if not k.startswith("_")}
+    try:
+        gpt_config = GPTConfig(vocab_size=2, **model_cfg)
+    except TypeError as err:
+        raise ConfigError(f"model: {err}") from None
+    scheme = instantiate_checked(
+        config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head
+    )
+    scheme.check_length(cfg.data.seq_len - 1)
+    if cfg.eval.after_train:
+        from poslab.evaluation.run import check_eval_config, eval_lengths
+
+        check_eval_config(cfg.eval)  # a typo fails now, not after training
+        if cfg.eval.unsupported == "error":
+            for length in eval_lengths(cfg.eval, cfg.data.seq_len):
+                scheme.check_length(cfg.eval.position_offset + length - 1)
+
+
+# what may differ between a checkpoint and the run that resumes it: everything else decides the
+# model, the data or their order
+RESUMABLE_CHANGES = ("trainer", "eval", "logger", "checkpoint", "resume", "train")
+
+
+def resume_checkpoint(cfg: DictConfig, out: Path) -> Path | None:
+    """The checkpoint to continue from (resume=auto|PATH), checked against this run's config;
+    None for a fresh run. A fresh run never writes over another run's checkpoints."""
+    setting = cfg.get("resume")
+    folder_ckpts = sorted(
+        [p for p in [out / "checkpoints" / "last.ckpt"] if p.is_file()]
+        + list(out.glob("hpc_ckpt_*.ckpt")),  # Lightning's SLURM requeue checkpoints
+        key=lambda p: p.stat().st_mtime,
+    )
+    if setting in (None, ""):
+        if folder_ckpts:
+            raise ConfigError(
+                f"{out} already holds a run's checkpoints; pass resume=auto to continue it, "
+                "or train in a new folder"
+            )
+        return None
+    if setting == "auto":
+        if not folder_ckpts:
+            log.info("resume=auto: no checkpoint in %s yet; starting a new run", out)
+            return None
+        path = folder_ckpts[-1]
+    else:
+        path = Path(setting).expanduser()
+        if path.is_dir():
+            path = path / "checkpoints" / "last.ckpt"
+    stored = read_checkpoint(path)["hyper_parameters"]["config"]
+    now = OmegaConf.to_container(cfg, resolve=True)
+    for key in sorted(set(stored) | set(now)):
+        if key in RESUMABLE_CHANGES or key.endswith("_name"):
+            continue
+        if stored.get(key) != now.get(key):
+            first = _first_difference(stored.get(key), now.get(key), key)
+            raise ConfigError(
+                f"resume={setting}: {first} differs from the checkpoint's run; resume with the "
+                "same settings (only trainer, eval, logger and checkpoint options may change)"
+            )
+    log.info("resuming from %s", path)
+    return path
+
+
+def _first_difference(a: Any, b: Any, key: str) -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{key}.{k}")
+    return f"{key} ({a!r} -> {b!r})"
+
+
+def resume_command(out: Path) -> str:
+    return f"python train.py resume={out}"
+
+
 def run_training(cfg: DictConfig) -> dict[str, float]:
     """Fit one model; returns the final metrics (also what a Hydra sweeper would optimise)."""
     out = run_dir()
-    max_steps = max_steps_for(cfg)  # first: a process setup that cannot run fails before work
+    check_run_config(cfg)  # bad input: one line before any data is read
+    max_steps = max_steps_for(cfg)  # a process setup that cannot run fails before work
+    resume = resume_checkpoint(cfg, out)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -183,22 +287,17 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         "trainer.precision=%s -> %s on %s", cfg.trainer.get("precision"), precision, device_type
     )
     config["trainer"]["precision"] = precision
-    if cfg.eval.after_train:
-        from poslab.evaluation.run import check_eval_config
-
-        check_eval_config(OmegaConf.create(config["eval"]))  # a typo fails now, not after training
     if config["model"].get("attention") == "flex" and device_type != "cuda":
         raise ConfigError(
             "model.attention=flex trains on CUDA GPUs only (FlexAttention has no backward pass "
             "on CPUs); train with model.attention=sdpa (evaluating with flex works on CPUs)"
         )
 
-    datamodule = instantiate_checked(cfg.data)
+    datamodule = instantiate_checked(cfg.data, seed=cfg.seed)
     vocab_size = datamodule.vocab_size
-    logger = build_logger(config, out)
+    wandb_id = read_checkpoint(resume).get("wandb_run_id") if resume else None
+    logger = build_logger(config, out, wandb_id=wandb_id)
     module = LanguageModel(config, vocab_size)
-    # fail before training, not at step N, if the scheme cannot cover the training length
-    module.model.pos.check_length(cfg.data.seq_len - 1)
     log.info(
         "pos=%s model=%s: %.2fM non-embedding parameters, vocab %d, seq_len %d",
         cfg.pos_name,
@@ -214,29 +313,61 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         monitor="val/loss",
         mode="min",
         save_top_k=1,
-        save_last=True,
+        save_last=False,  # last.ckpt is LastCheckpoint's
         auto_insert_metric_name=False,
     )
+    every_n_steps = (config.get("checkpoint") or {}).get("every_n_steps")
+    last = LastCheckpoint(out / "checkpoints" / "last.ckpt", every_n_steps)
     trainer_cfg = dict(config["trainer"])
     trainer_cfg.pop("compile", None)  # poslab's own option (lit.py), not a Trainer argument
+    plugins = trainer_cfg.pop("plugins", None) or []
+    plugins = [*(plugins if isinstance(plugins, list) else [plugins])]
     trainer_cfg.update(
         max_steps=max_steps,
         val_check_interval=min(int(trainer_cfg.get("val_check_interval", max_steps)), max_steps),
         check_val_every_n_epoch=None,
         default_root_dir=str(out),
+        use_distributed_sampler=False,  # poslab.sampling gives each rank its part of each batch
     )
-    callbacks: list[L.Callback] = [checkpoint]
+    callbacks: list[L.Callback] = [checkpoint, last]
     if cfg.train.get("fingerprints"):  # per-rank data and weight digests (poslab.callbacks)
         callbacks.append(RankFingerprints(out / "fingerprints"))
-    trainer: L.Trainer = instantiate_checked(trainer_cfg, logger=logger, callbacks=callbacks)
+    trainer: L.Trainer = instantiate_checked(
+        trainer_cfg, logger=logger, callbacks=callbacks,
+        plugins=[*(instantiate_checked(p) if isinstance(p, dict) else p for p in plugins),
+                 AtomicCheckpointIO()],
+    )  # fmt: skip
 
+    metrics: dict[str, float] = {}
+    failed = True
     try:
-        metrics: dict[str, float] = {}
-        if cfg.train.validate_before_fit:
+        if trainer.is_global_zero:
+            write_status(out, "running", resumed_from=str(resume) if resume else None)
+        if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
             (initial,) = trainer.validate(module, datamodule=datamodule, verbose=False)
             metrics["val/loss_initial"] = initial["val/loss"]
-        trainer.fit(module, datamodule=datamodule)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+        except TrainingDiverged as err:
+            saved = last_good_checkpoint(out)
+            raise TrainingDiverged(
+                f"{err}: the run diverged and stopped; "
+                + (f"the last finite checkpoint is {saved}; " if saved else "")
+                + f"lower optim.lr (now {cfg.optim.lr:g}) or check the pos options"
+            ) from None
+        if last.signal is not None:
+            name = signal.Signals(last.signal).name
+            line = (
+                f"stopped by {name} at step {last.stopped_at}; saved {last.path}; "
+                f"resume with: {resume_command(out)}"
+            )
+            if trainer.is_global_zero:
+                write_status(out, "interrupted", step=last.stopped_at, resume=resume_command(out))
+            print(line, file=sys.stderr, flush=True)
+            log_to_file(line)
+            failed = False
+            raise SystemExit(128 + last.signal)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
         metrics["best_val_loss"] = float(checkpoint.best_model_score or float("nan"))
         log.info("best checkpoint: %s", checkpoint.best_model_path)
@@ -253,15 +384,28 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
             # full fp32 matmuls (no TF32 on GPUs), so numbers match a later `eval.py`
             torch.set_float32_matmul_precision("highest")
             evaluate_checkpoint(
-                checkpoint.best_model_path or checkpoint.last_model_path,
+                checkpoint.best_model_path or str(last.path),
                 cfg.eval,
                 cache=datamodule.cache,
                 out_dir=out,
                 wandb_run=logger.experiment if isinstance(logger, WandbLogger) else None,
                 trained_tokens=trainer.global_step * tokens_per_step(cfg, trainer.world_size),
             )
+        if trainer.is_global_zero:
+            write_status(out, "completed", step=trainer.global_step, **_status_metrics(metrics))
+        failed = False
     finally:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             # finish even after a crash: the next job of a sweep must start its own W&B run
-            logger.experiment.finish()
+            logger.experiment.finish(exit_code=1 if failed else 0)
     return metrics
+
+
+def _status_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    return {k.replace("/", "_"): v for k, v in metrics.items() if math.isfinite(v)}
+
+
+def last_good_checkpoint(out: Path) -> Path | None:
+    """The newest checkpoint of the run (checkpoints are only written while finite)."""
+    found = sorted((out / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None

@@ -4,6 +4,7 @@ columns = eval lengths, as in the ALiBi paper), plus a check of the paper's qual
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,27 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from poslab.evaluation.report import fmt, load_rows, markdown, write_reports
+from poslab.errors import ConfigError, exit_on_config_error
+from poslab.evaluation.report import (
+    fmt,
+    is_finite,
+    is_nonfinite,
+    load_rows,
+    markdown,
+    write_reports,
+)
 
 log = logging.getLogger(__name__)
 RESULT = "extrapolation/extrapolation.json"
+WHAT_TO_PASS = (
+    f"pass run folders (each with {RESULT}), sweep folders holding such runs, or "
+    f"{Path(RESULT).name} files"
+)
+# A scheme "learned" when its perplexity at 1× is below this fraction of the vocabulary size,
+# the perplexity of a uniform guess. Above that line a model has learned next to nothing; near
+# it (or diverged) it is flat at every length because it predicts nothing, so its ratios say
+# nothing about positions.
+LEARNED_BELOW_UNIFORM = 0.5
 
 
 def find_results(paths: list[str | Path]) -> list[Path]:
@@ -32,7 +50,7 @@ def find_results(paths: list[str | Path]) -> list[Path]:
 
 def label_rows(results: list[Path]) -> list[dict]:
     """All rows, with `scheme` made unique per run when two runs share a scheme name."""
-    per_run = [(path.parent.parent.name, load_rows([path])) for path in results]
+    per_run = [(path.parent.parent.name, read_result(path)) for path in results]
     names = [rows[0]["scheme"] for _, rows in per_run if rows]
     merged = []
     for run, rows in per_run:
@@ -43,45 +61,106 @@ def label_rows(results: list[Path]) -> list[dict]:
     return merged
 
 
+def read_result(path: Path) -> list[dict]:
+    """The rows of one results file; a file that is not one is a ConfigError naming it."""
+    try:
+        rows = load_rows([path])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
+        raise ConfigError(f"{path} is not a results file ({err}); {WHAT_TO_PASS}") from None
+    if not all(isinstance(r, dict) and {"scheme", "mode", "length", "status"} <= r.keys()
+               for r in rows):  # fmt: skip
+        raise ConfigError(f"{path} is not a results file (no result rows); {WHAT_TO_PASS}")
+    return rows
+
+
 def ratio(rows: list[dict], scheme: str, mode: str, factor: float) -> float | None:
-    """ppl at `factor`× the training length over ppl at 1×, for one scheme (None if missing)."""
+    """ppl at `factor`× the training length over ppl at 1×, for one scheme (None if missing or
+    non-finite)."""
     at = {r["factor"]: r["ppl"] for r in rows
-          if r["scheme"] == scheme and r["mode"] == mode and r["status"] == "ok"}  # fmt: skip
-    if 1.0 not in at or factor not in at:
+          if r["scheme"] == scheme and r["mode"] == mode and r["status"] == "ok"
+          and not is_nonfinite(r) and is_finite(r.get("ppl"))}  # fmt: skip
+    if 1.0 not in at or factor not in at or at[1.0] <= 0:
         return None
     return at[factor] / at[1.0]
 
 
-def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float = 8.0) -> list[str]:
-    """The ALiBi paper's shape at `factor`× the training length, one line per check."""
-    r = {s: ratio(rows, s, mode, factor) for s in ("sinusoidal", "rope", "alibi", "t5")}
-    checks: list[tuple[str, bool | None]] = []
+def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str | None:
+    """Why `scheme` says nothing about the shape at `factor`× (it diverged, or its perplexity at
+    1× is no better than a uniform guess over the vocabulary), else None. None as well when it
+    was not evaluated at 1× and `factor`× (then there is no check at all)."""
+    at = {r["factor"]: r for r in rows if r["scheme"] == scheme and r["mode"] == mode}
+    one, far = at.get(1.0), at.get(factor)
+    if one is None or far is None or any(r["status"].startswith("skipped") for r in (one, far)):
+        return None
+    f = f"{factor:g}×"
+    if is_nonfinite(one):
+        return f"{scheme} did not learn: nonfinite loss at 1× (L={one['length']})"
+    if not is_finite(one.get("ppl")):
+        return f"{scheme} has no perplexity at 1× (status {one['status']})"
+    vocab = one.get("vocab_size")
+    if vocab and one["ppl"] >= LEARNED_BELOW_UNIFORM * vocab:
+        near = "≈" if abs(one["ppl"] / vocab - 1) <= 0.1 else "is not clearly below"
+        return (
+            f"{scheme} did not learn: ppl {one['ppl']:.0f} at 1× {near} vocab {vocab} "
+            "(a uniform guess)"
+        )
+    if is_nonfinite(far):
+        return f"{scheme} diverged at {f}: nonfinite loss at L={far['length']}"
+    if not is_finite(far.get("ppl")):
+        return f"{scheme} has no perplexity at {f} (status {far['status']})"
+    return None
 
-    def add(text: str, ok: bool | None) -> None:
-        checks.append((text, ok))
+
+def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float = 8.0) -> list[str]:
+    """The ALiBi paper's shape at `factor`× the training length, one line per check: "- [x]"
+    met, "- [ ]" not met, "- [n/a]" not applicable (a scheme it needs did not learn)."""
+    schemes = ("sinusoidal", "rope", "alibi", "t5")
+    r = {s: ratio(rows, s, mode, factor) for s in schemes}
+    why = {s: not_learned(rows, s, mode, factor) for s in schemes}
+    present = {s: r[s] is not None or why[s] is not None for s in schemes}
+    checks: list[tuple[str, bool | None, str]] = []
+
+    def add(text: str, needs: tuple[str, ...], ok: Any) -> None:
+        """`ok` is called only when every scheme in `needs` learned."""
+        if not all(present[s] for s in needs):
+            return
+        reasons = [why[s] for s in needs if why[s]]
+        if reasons:
+            checks.append((text, None, "; ".join(reasons)))
+        else:
+            checks.append((text, bool(ok()), ""))
 
     f = f"{factor:g}×"
-    if r["sinusoidal"] is not None:
-        add(f"sinusoidal ppl at {f} ≥ 3× its own at 1× (ratio {fmt(r['sinusoidal'])})",
-            r["sinusoidal"] >= 3.0)  # fmt: skip
-    if r["rope"] is not None:
-        add(f"rope ppl at {f} clearly (≥ 10%) above its own at 1× (ratio {fmt(r['rope'])})",
-            r["rope"] >= 1.10)  # fmt: skip
-    if r["alibi"] is not None:
-        add(f"alibi ppl at {f} within 5% of, or below, its own at 1× (ratio {fmt(r['alibi'])})",
-            r["alibi"] <= 1.05)  # fmt: skip
-    if None not in (r["t5"], r["rope"], r["alibi"]):
-        add(f"t5 ratio at {f} between alibi and rope ({fmt(r['alibi'])} ≤ {fmt(r['t5'])} ≤ "
-            f"{fmt(r['rope'])})", r["alibi"] <= r["t5"] <= r["rope"])  # fmt: skip
-    return [f"- [{'x' if ok else ' '}] {text}" for text, ok in checks]
+    add(f"sinusoidal ppl at {f} ≥ 3× its own at 1× (ratio {fmt(r['sinusoidal'])})",
+        ("sinusoidal",), lambda: r["sinusoidal"] >= 3.0)  # fmt: skip
+    add(f"rope ppl at {f} clearly (≥ 10%) above its own at 1× (ratio {fmt(r['rope'])})",
+        ("rope",), lambda: r["rope"] >= 1.10)  # fmt: skip
+    add(f"alibi ppl at {f} within 5% of, or below, its own at 1× (ratio {fmt(r['alibi'])})",
+        ("alibi",), lambda: r["alibi"] <= 1.05)  # fmt: skip
+    add(f"t5 ratio at {f} between alibi and rope ({fmt(r['alibi'])} ≤ {fmt(r['t5'])} ≤ "
+        f"{fmt(r['rope'])})", ("t5", "rope", "alibi"),
+        lambda: r["alibi"] <= r["t5"] <= r["rope"])  # fmt: skip
+    return [
+        f"- [n/a] {text}: not applicable, {reason}"
+        if ok is None
+        else f"- [{'x' if ok else ' '}] {text}"
+        for text, ok, reason in checks
+    ]
 
 
 def compare(paths: list[str | Path], out: str | Path, title: str | None = None) -> list[dict]:
-    """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows."""
+    """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows. Paths that
+    do not exist or hold no results are a ConfigError (one line: which folder, what to pass)."""
+    names = ", ".join(str(p) for p in paths) or "(no path given)"
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise ConfigError(f"no such file or folder: {', '.join(missing)}; {WHAT_TO_PASS}")
     results = find_results(paths)
     if not results:
-        raise FileNotFoundError(f"no {RESULT} under {[str(p) for p in paths]}")
+        raise ConfigError(f"no {RESULT} under {names}; {WHAT_TO_PASS}")
     rows = label_rows(results)
+    if not rows:
+        raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     title = title or "perplexity vs evaluation length"
@@ -95,7 +174,7 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     mode0 = rows[0]["mode"]
     longest: dict[str, dict] = {}
     for r in sorted(rows, key=lambda r: r["length"]):
-        if r["mode"] == mode0 and r["status"] == "ok":
+        if r["mode"] == mode0 and r["status"] == "ok" and not is_nonfinite(r, "loss"):
             longest[r["scheme"]] = r
     write_reports(rows, out, title, "scheme", "comparison", text, list(longest.values()))
     print(text, flush=True)
@@ -112,10 +191,20 @@ class CompareOnMultirunEnd(Callback):
             compare([sweep], sweep / "comparison")
 
 
+def default_out(paths: list[str]) -> Path:
+    """<first path>/comparison (for a file: next to it)."""
+    first = Path(paths[0])
+    return (first.parent if first.is_file() else first) / "comparison"
+
+
+@exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("paths", nargs="+", help="run folders, sweep folders or result files")
-    parser.add_argument("--out", required=True, help="folder for comparison.{md,csv,json,png}")
+    parser.add_argument(
+        "--out", default=None, help="folder for comparison.{md,csv,json,png} "
+        "(default: <first path>/comparison)"
+    )  # fmt: skip
     parser.add_argument("--title", default=None)
     args = parser.parse_args(argv)
-    compare(args.paths, args.out, args.title)
+    compare(args.paths, args.out or default_out(args.paths), args.title)

@@ -1,4 +1,9 @@
-"""Extrapolation results as files: JSON (everything), CSV, a Markdown table, PNG plots."""
+"""Extrapolation results as files: JSON (everything), CSV, a Markdown table, PNG plots.
+
+Row statuses: "ok"; "skipped: <reason>" (a length the scheme cannot represent: a "—" cell, no
+point); "nonfinite" (the model diverged: loss/ppl are NaN or inf: a "nonfinite" cell, no point).
+A row of an older file that says "ok" but holds a non-finite value is treated as "nonfinite".
+"""
 
 from __future__ import annotations
 
@@ -13,24 +18,59 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 CSV_FIELDS = [
     "scheme", "train_length", "mode", "split", "length", "factor", "status", "tokens", "loss",
-    "ppl", "word_ppl", "bits_per_byte", "tokens_per_s", "seconds",
+    "ppl", "word_ppl", "bits_per_byte", "tokens_per_s", "seconds", "vocab_size",
 ]  # fmt: skip
+NONFINITE = "nonfinite"  # the cell of a diverged model (NaN or inf), never "—" (a skipped length)
+# a log y-axis when the largest perplexity is at least this many times the smallest (see
+# ppl_yaxis for why)
+LOG_AXIS_MIN_RATIO = 3.0
+
+
+def is_finite(value: object) -> bool:
+    """A real, finite number (not None, NaN or ±inf)."""
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def is_nonfinite(row: dict, value: str = "ppl") -> bool:
+    """A row of a diverged model: status "nonfinite", or (older files) "ok" with a NaN/inf
+    loss or `value`."""
+    if row.get("status") == NONFINITE:
+        return True
+    return row.get("status") == "ok" and any(
+        isinstance(row.get(k), float) and not math.isfinite(row[k]) for k in ("loss", value)
+    )
 
 
 def fmt(value: float | None, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     return f"{value:,.{digits}f}" if value < 1e5 else f"{value:.3g}"
+
+
+def cell(row: dict | None, value: str) -> str:
+    """One Markdown cell: "—" for a length not evaluated or skipped, "nonfinite" for a diverged
+    model, else the number."""
+    if row is None or str(row.get("status", "")).startswith("skipped"):
+        return "—"
+    if is_nonfinite(row, value):
+        return NONFINITE
+    if row.get("status") != "ok":
+        return str(row.get("status"))
+    return fmt(row.get(value))
 
 
 def metric_name(rows: list[dict]) -> str:
     """The tokenizer-independent metric of these rows: word_ppl or bits_per_byte."""
     return (
         "word_ppl"
-        if all(r.get("word_level") for r in rows if r["status"] == "ok")
+        if all(r.get("word_level") for r in rows if r["status"] in ("ok", NONFINITE))
         else "bits_per_byte"
     )
 
@@ -39,14 +79,11 @@ def markdown_table(rows: list[dict], value: str = "ppl", row_key: str = "scheme"
     """Rows = `row_key` values (schemes, or modes), columns = eval lengths, cells = `value`."""
     lengths = sorted({r["length"] for r in rows})
     keys = list(dict.fromkeys(r[row_key] for r in rows))
-    cell = {(r[row_key], r["length"]): r for r in rows}
+    cells = {(r[row_key], r["length"]): r for r in rows}
     head = f"| {row_key} | " + " | ".join(str(n) for n in lengths) + " |"
     lines = [head, "|---" * (len(lengths) + 1) + "|"]
     for key in keys:
-        values = []
-        for n in lengths:
-            r = cell.get((key, n))
-            values.append("—" if r is None or r["status"] != "ok" else fmt(r[value]))
+        values = [cell(cells.get((key, n)), value) for n in lengths]
         lines.append(f"| {key} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
@@ -57,41 +94,118 @@ def series_label(row: dict, series_key: str, several_modes: bool) -> str:
     return f"{row[series_key]} ({row['mode']})"
 
 
-def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:
-    """Perplexity vs eval length on log axes, one line per scheme (or mode)."""
+def plain_number(value: float) -> str:
+    """A tick label without offset or scientific notation: 20, 1,000, 13,300, 0.5."""
+    if value >= 10:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def ppl_yaxis(ax: Axes, values: Iterable[float]) -> str:
+    """Scale and label the perplexity axis of `ax` for `values`; returns "log" or "linear".
+
+    A log axis when the values span at least LOG_AXIS_MIN_RATIO× (the ALiBi paper's plots: a
+    sinusoidal model going from 20 to 2,000 next to flat ones), a linear one when the range is
+    narrower: a log axis over less than a factor 3 has no decade tick and only a few minor ones,
+    and matplotlib's ScalarFormatter on it falls back to offset/scientific notation (values
+    13,290-13,340 were labelled -1 ... 6); a linear axis with the offset and scientific notation
+    switched off labels such a range 13,290, 13,300, ... Every label is a plain number: on a log
+    axis decades always, minor ticks all when the axis spans less than a decade, only 2× and 5×
+    when it spans up to 2.5 decades, and none beyond (then at least 3 decades are labelled).
+    """
+    finite = [v for v in values if is_finite(v) and v > 0]
+    if not finite:
+        return "linear"
+    lo, hi = min(finite), max(finite)
+    if hi / lo < LOG_AXIS_MIN_RATIO:
+        formatter = matplotlib.ticker.ScalarFormatter(useOffset=False)
+        formatter.set_scientific(False)
+        ax.yaxis.set_major_formatter(formatter)
+        if lo == hi:  # one value: a visible range around it instead of matplotlib's ±5%-of-zero
+            ax.set_ylim(lo * 0.95, hi * 1.05)
+        return "linear"
+    ax.set_yscale("log")
+    decades = math.log10(hi / lo)
+    labelled = (
+        set(range(2, 10)) if decades < 1 else {2, 5} if decades < 2.5 else set()
+    )  # the minor ticks that get a label, by their mantissa
+
+    def minor(value: float, _pos: object = None) -> str:
+        mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9))
+        return plain_number(value) if mantissa in labelled else ""
+
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10))
+    ax.yaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=tuple(range(2, 10))))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: plain_number(v)))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(minor))
+    return "log"
+
+
+def no_data_note(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="grey")
+
+
+def dropped_note(fig: Figure, dropped: list[tuple[str, int]]) -> None:
+    """A footnote naming the (series, length) points left out of a plot because their values
+    are non-finite: "not plotted (nonfinite): alibi L=512, 1024"."""
+    by_series: dict[str, list[int]] = {}
+    for label, length in dropped:
+        by_series.setdefault(label, []).append(length)
+    if by_series:
+        names = "; ".join(
+            f"{label} L={', '.join(map(str, sorted(set(ns))))}" for label, ns in by_series.items()
+        )
+        fig.text(0.01, 0.01, f"not plotted (nonfinite): {names}", fontsize=7, color="grey")
+
+
+def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
+    """The figure of `plot_ppl_vs_length` (callers close it). Non-finite perplexities are left
+    out; with none finite the axes say so."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     several_modes = len({r["mode"] for r in rows}) > 1
     series: dict[str, list] = {}
+    dropped: list[tuple[str, int]] = []
     for r in rows:
-        if r["status"] == "ok":
-            series.setdefault(series_label(r, series_key, several_modes), []).append(
-                (r["length"], r["ppl"])
-            )
+        label = series_label(r, series_key, several_modes)
+        if is_nonfinite(r) or (r["status"] == "ok" and not is_finite(r.get("ppl"))):
+            dropped.append((label, r["length"]))
+        elif r["status"] == "ok" and r["ppl"] > 0:
+            series.setdefault(label, []).append((r["length"], r["ppl"]))
     for label, pts in series.items():
         ax.plot(*zip(*sorted(pts), strict=True), marker="o", label=label)
-    train_lengths = {r["train_length"] for r in rows}
-    for n in train_lengths:
+    for n in {r["train_length"] for r in rows}:
         ax.axvline(n, color="grey", ls=":", lw=1)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+    ppl_yaxis(ax, [ppl for pts in series.values() for _, ppl in pts])
+    if not series:
+        no_data_note(ax, "no finite perplexity to plot")
     ax.set_xlabel("evaluation length (tokens); dotted: training length")
     ax.set_ylabel("perplexity")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
+    if series:
+        ax.legend()
+    fig.tight_layout(rect=(0, 0.04 if dropped else 0, 1, 1))  # room for the footnote
+    dropped_note(fig, dropped)
+    return fig
+
+
+def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:
+    """Perplexity vs eval length (log-x), one line per scheme (or mode); see ppl_yaxis."""
+    fig = ppl_figure(rows, series_key, title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def log_binned(buckets: list[list], bins_per_octave: int = 6) -> tuple[list[float], list[float]]:
     """Token-weighted mean loss in log-spaced position bins (a readable curve on a log axis
-    from the fine, equal-width buckets stored in the results)."""
+    from the fine, equal-width buckets stored in the results). Buckets with a non-finite mean
+    are left out."""
     sums: dict[int, float] = {}
     counts: dict[int, int] = {}
     for start, mean, count in buckets:
+        if not is_finite(mean) or not count:
+            continue
         b = int(math.floor(math.log2(start + 1) * bins_per_octave))
         sums[b] = sums.get(b, 0.0) + mean * count
         counts[b] = counts.get(b, 0) + count
@@ -99,23 +213,39 @@ def log_binned(buckets: list[list], bins_per_octave: int = 6) -> tuple[list[floa
     return [2 ** ((b + 0.5) / bins_per_octave) for b in keys], [sums[b] / counts[b] for b in keys]
 
 
-def plot_loss_vs_position(rows: list[dict], path: Path, title: str) -> None:
-    """Mean loss by position in the window, one line per (scheme, length), log-x positions."""
+def position_figure(rows: list[dict], title: str) -> Figure:
+    """The figure of `plot_loss_vs_position` (callers close it)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    plotted = 0
+    dropped: list[tuple[str, int]] = []
     for r in rows:
-        if r["status"] != "ok" or not r.get("loss_by_position"):
+        if r["status"] not in ("ok", NONFINITE) or not r.get("loss_by_position"):
             continue
-        xs, ys = log_binned(r["loss_by_position"])
+        xs, ys = ([], []) if is_nonfinite(r, "loss") else log_binned(r["loss_by_position"])
+        if not xs:
+            dropped.append((str(r["scheme"]), r["length"]))
+            continue
         ax.plot(xs, ys, label=f"{r['scheme']} L={r['length']}", lw=1.4)
+        plotted += 1
     for n in {r["train_length"] for r in rows}:
         ax.axvline(n, color="grey", ls=":", lw=1)
     ax.set_xscale("log", base=2)
+    if not plotted:
+        no_data_note(ax, "no finite loss to plot")
     ax.set_xlabel("position in window (+1); dotted: training length")
     ax.set_ylabel("mean loss (nats)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    if plotted:
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout(rect=(0, 0.04 if dropped else 0, 1, 1))  # room for the footnote
+    dropped_note(fig, dropped)
+    return fig
+
+
+def plot_loss_vs_position(rows: list[dict], path: Path, title: str) -> None:
+    """Mean loss by position in the window, one line per (scheme, length), log-x positions."""
+    fig = position_figure(rows, title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -157,6 +287,13 @@ def markdown(rows: list[dict], title: str, row_key: str) -> str:
     one pair of tables per mode (a comparison), with row_key="mode" one pair (a single run)."""
     r0 = rows[0]
     parts = [f"## {title}", f"\n{r0['split']} split, trained at L={r0['train_length']}."]
+    legend = []
+    if any(str(r["status"]).startswith("skipped") for r in rows):
+        legend.append("— = a length the scheme cannot represent (skipped)")
+    if any(is_nonfinite(r) for r in rows):
+        legend.append(f"{NONFINITE} = the model diverged there (NaN or inf loss)")
+    if legend:
+        parts[-1] += " " + "; ".join(legend) + "."
     groups = (
         {"all modes": rows}
         if row_key == "mode"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,10 @@ from omegaconf import DictConfig, OmegaConf
 from poslab.build import load_checkpoint, read_checkpoint
 from poslab.data import EOS, TokenCache
 from poslab.errors import ConfigError
-from poslab.evaluation.perplexity import MODES, score
+from poslab.evaluation.perplexity import score
 from poslab.evaluation.report import markdown, metric_name, write_reports
-from poslab.precision import AUTOCAST_DTYPE, PRECISIONS, resolve_precision
+from poslab.precision import AUTOCAST_DTYPE, resolve_precision
+from poslab.validate import EVAL_SCHEMA, check_schema
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +31,16 @@ def checkpoint_of_run(run: str | Path) -> Path:
 
 
 def eval_lengths(eval_cfg: Any, train_length: int) -> list[int]:
-    lengths = eval_cfg.lengths or [int(f * train_length) for f in eval_cfg.factors]
+    if eval_cfg.lengths:
+        key, given, lengths = "eval.lengths", list(eval_cfg.lengths), list(eval_cfg.lengths)
+    else:
+        key, given = "eval.factors", list(eval_cfg.factors)
+        lengths = [int(f * train_length) for f in given]
     if not lengths or any(int(n) < 1 for n in lengths):
-        raise ConfigError(f"eval.lengths={list(lengths)} must be positive integers")
+        raise ConfigError(
+            f"{key}={given} gives evaluation lengths {lengths} for a training length of "
+            f"{train_length}; every length must be ≥ 1"
+        )
     return sorted({int(n) for n in lengths})
 
 
@@ -64,19 +73,15 @@ def pick_device(name: str) -> torch.device:
 def check_eval_config(eval_cfg: Any) -> None:
     """The eval options that need no checkpoint, checked before any work (train.py calls this
     before training, so a typo does not surface only after the run)."""
-    for mode in eval_cfg.modes:
-        if mode not in MODES:
-            raise ConfigError(f"eval.modes has {mode!r}; choose from {MODES}")
-    if eval_cfg.split not in ("validation", "test"):
-        raise ConfigError(f"eval.split={eval_cfg.split!r}; choose validation or test")
-    if eval_cfg.unsupported not in ("error", "skip"):
-        raise ConfigError(f"eval.unsupported={eval_cfg.unsupported!r}; choose error or skip")
-    if eval_cfg.precision not in PRECISIONS:
-        raise ConfigError(f"eval.precision={eval_cfg.precision!r}; choose from {PRECISIONS}")
-    scored_token_cap(eval_cfg.max_tokens, None)
-    for n in eval_cfg.lengths or []:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"eval.lengths={list(eval_cfg.lengths)} must be positive integers")
+    if isinstance(eval_cfg, DictConfig):
+        eval_cfg = OmegaConf.to_container(eval_cfg, resolve=True)
+    check_schema({"eval": eval_cfg}, EVAL_SCHEMA)
+    scored_token_cap(eval_cfg.get("max_tokens"), None)
+    overrides = eval_cfg.get("pos_overrides")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ConfigError(
+            f"eval.pos_overrides={overrides!r} must be a mapping, e.g. {{beyond_table: clamp}}"
+        )
 
 
 def evaluate_checkpoint(
@@ -128,6 +133,17 @@ def evaluate_checkpoint(
     scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
     word_level = bool(config["data"].get("word_level"))
 
+    unsupported: dict[int, str] = {}  # every length checked before the first window is scored
+    for length in lengths:
+        try:
+            model.pos.check_length(offset + length - 1)
+        except ConfigError as err:
+            if eval_cfg.unsupported == "error":
+                raise
+            unsupported[length] = str(err)
+    if len(split.ids) < 2:
+        raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
+
     rows: list[dict] = []
     for mode in eval_cfg.modes:
         for length in lengths:
@@ -135,16 +151,11 @@ def evaluate_checkpoint(
                 "scheme": scheme, "train_length": train_length, "mode": mode,
                 "split": eval_cfg.split, "length": length, "factor": length / train_length,
                 "word_level": word_level, "position_offset": offset, "status": "ok",
+                "vocab_size": model.config.vocab_size,
             }  # fmt: skip
-            try:
-                model.pos.check_length(offset + length - 1)
-            except ConfigError as err:
-                if eval_cfg.unsupported == "error":
-                    raise
-                rows.append({**row, "status": f"skipped: {err}"})
+            if length in unsupported:
+                rows.append({**row, "status": f"skipped: {unsupported[length]}"})
                 continue
-            if len(split.ids) < 2:
-                raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
             # the stride is capped at the window, so one eval.stride serves every length
             stride = min(length, int(eval_cfg.stride or max(1, length // 2)))
             result = score(
@@ -154,6 +165,9 @@ def evaluate_checkpoint(
             )  # fmt: skip
             row.update({k: v for k, v in result.to_dict().items() if not k.startswith("bucket")})
             row["loss_by_position"] = result.loss_by_position()
+            if not math.isfinite(row["loss"]):
+                # a diverged model: reported as such, never as a number or a skipped length
+                row["status"] = "nonfinite"
             rows.append(row)
             log.info(
                 "%s %s L=%d: ppl %.2f, %s %.3f (%d tokens, %.0f tok/s)", scheme, mode, length,

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.positions.base import PositionalScheme
+from poslab.validate import boolean, require
 
 
 def alibi_slopes(n_head: int) -> list[float]:
@@ -34,6 +35,7 @@ class ALiBi(PositionalScheme):
 
     def __init__(self, d_model: int, n_head: int, learnable_slopes: bool = False) -> None:
         super().__init__(d_model, n_head)
+        require("pos.learnable_slopes", learnable_slopes, boolean())
         slopes = torch.tensor(alibi_slopes(n_head), dtype=torch.float32)
         # The paper found trainable slopes extrapolate worse; kept as an ablation switch.
         if learnable_slopes:

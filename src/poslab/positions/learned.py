@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme, Prepared
+from poslab.validate import integer, require
 
 BEYOND_TABLE = ("error", "clamp")
 
@@ -16,6 +17,7 @@ class LearnedPositions(PositionalScheme):
         self, d_model: int, n_head: int, max_positions: int, beyond_table: str = "error"
     ) -> None:
         super().__init__(d_model, n_head)
+        require("pos.max_positions", max_positions, integer(1))
         if beyond_table not in BEYOND_TABLE:
             raise ConfigError(f"pos.beyond_table={beyond_table!r}; choose one of {BEYOND_TABLE}")
         self.max_positions = int(max_positions)

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme, Prepared, fp32_positions
+from poslab.validate import boolean, number, require
 
 PAIRINGS = ("interleaved", "half")
 
@@ -70,6 +71,9 @@ class Rotary(PositionalScheme):
         learnable_theta: bool = False,
     ) -> None:
         super().__init__(d_model, n_head)
+        require("pos.base", base, number(gt=1))  # θ_i = base^(-2i/R) must fall with i
+        require("pos.learnable_theta", learnable_theta, boolean())
+        require("pos.fraction", fraction, number(gt=0, le=1))
         if pairing not in PAIRINGS:
             raise ConfigError(f"pos.pairing={pairing!r}; choose one of {PAIRINGS}")
         if not 0.0 < fraction <= 1.0:

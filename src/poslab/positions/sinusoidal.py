@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from poslab.positions.base import PositionalScheme, Prepared, fp32_positions
+from poslab.validate import number, require
 
 
 def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
@@ -31,6 +32,8 @@ class SinusoidalPositions(PositionalScheme):
         self, d_model: int, n_head: int, base: float = 10000.0, scale: float | None = 1.0
     ) -> None:
         super().__init__(d_model, n_head)
+        require("pos.base", base, number(gt=1))
+        require("pos.scale", scale, number(gt=0, null=True))
         self.base = float(base)
         # 1.0: the original unit-amplitude encoding (Vaswani et al., fairseq). With GPT-style
         # std-0.02 token embeddings it dominates the input at first; model.scale_embeddings=true

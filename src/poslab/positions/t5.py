@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme
+from poslab.validate import integer, require
 
 
 def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
@@ -33,6 +34,8 @@ class T5Bias(PositionalScheme):
         self, d_model: int, n_head: int, num_buckets: int = 32, max_distance: int = 128
     ) -> None:
         super().__init__(d_model, n_head)
+        require("pos.num_buckets", num_buckets, integer(2))
+        require("pos.max_distance", max_distance, integer(1))
         if num_buckets < 2 or max_distance <= num_buckets // 2:
             raise ConfigError(
                 f"t5 needs pos.num_buckets ≥ 2 and pos.max_distance > num_buckets/2 (the exact "

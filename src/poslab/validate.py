@@ -1,0 +1,230 @@
+"""The run config checked before any work: types, ranges and choices of every option a user sets.
+
+A schema is a mapping from a dotted key to a check; a check returns what is wrong with a value
+(or None). Keys a config does not have are skipped, so one schema serves every data module and
+model. Options that only a positional scheme knows are checked by the scheme's own constructor,
+which `check_train_config` calls before any data is read (the scheme is cheap to build).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from poslab.errors import ConfigError
+
+Check = Callable[[Any], "str | None"]
+_ABSENT = object()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def integer(low: int | None = None, high: int | None = None, null: bool = False) -> Check:
+    """An integer in [low, high] (or null when `null`)."""
+
+    def check(value: Any) -> str | None:
+        if value is None and null:
+            return None
+        bounds = f" ≥ {low}" if low is not None else ""
+        bounds += f" and ≤ {high}" if high is not None else ""
+        wanted = f"an integer{bounds}" + (" or null" if null else "")
+        if not _is_int(value):
+            return f"must be {wanted}"
+        if (low is not None and value < low) or (high is not None and value > high):
+            return f"must be {wanted}"
+        return None
+
+    return check
+
+
+def number(
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    null: bool = False,
+) -> Check:
+    """A finite number within the given bounds (or null when `null`)."""
+    parts = [f"> {gt:g}" if gt is not None else "", f"≥ {ge:g}" if ge is not None else ""]
+    parts += [f"< {lt:g}" if lt is not None else "", f"≤ {le:g}" if le is not None else ""]
+    wanted = "a finite number " + " and ".join(p for p in parts if p) + (" or null" if null else "")
+
+    def check(value: Any) -> str | None:
+        if value is None and null:
+            return None
+        if not _is_number(value) or not math.isfinite(value):
+            return f"must be {wanted.strip()}"
+        if (
+            (gt is not None and value <= gt)
+            or (ge is not None and value < ge)
+            or (lt is not None and value >= lt)
+            or (le is not None and value > le)
+        ):
+            return f"must be {wanted.strip()}"
+        return None
+
+    return check
+
+
+def choice(*options: Any) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value in options else f"is not one of {', '.join(map(str, options))}"
+
+    return check
+
+
+def boolean(null: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or (value is None and null):
+            return None
+        return "must be true or false" + (" (or null)" if null else "")
+
+    return check
+
+
+def list_of(item: Check, nonempty: bool = True, null: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if value is None and null:
+            return None
+        if not isinstance(value, list | tuple | ListConfig):
+            return "must be a list, e.g. [1,2,4]"
+        if nonempty and len(value) == 0:
+            return "must not be empty"
+        for entry in value:
+            if (problem := item(entry)) is not None:
+                return f"has {entry!r}, which {problem}"
+        return None
+
+    return check
+
+
+def val_batches(value: Any) -> str | None:
+    """Lightning's limit_val_batches: a count ≥ 1, or a fraction of the split in (0, 1]."""
+    if _is_int(value) and value >= 1:
+        return None
+    if isinstance(value, float) and 0.0 < value <= 1.0:
+        return None
+    return "must be a number of batches ≥ 1 or a fraction in (0, 1]"
+
+
+def betas(value: Any) -> str | None:
+    if not isinstance(value, list | tuple | ListConfig) or len(value) != 2:
+        return "must be two numbers, e.g. [0.9,0.95]"
+    if any(not _is_number(b) or not 0.0 <= b < 1.0 for b in value):
+        return "must be two numbers in [0, 1)"
+    return None
+
+
+def resume_setting(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return None
+    return "must be auto, a run folder or a checkpoint file (or null)"
+
+
+PRECISION_CHOICES = ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
+
+TRAIN_SCHEMA: dict[str, Check] = {
+    "seed": integer(),
+    "optim.lr": number(gt=0),
+    "optim.weight_decay": number(ge=0),
+    "optim.betas": betas,
+    "optim.eps": number(gt=0),
+    "optim.warmup_steps": integer(0),
+    "optim.min_lr_ratio": number(ge=0, le=1),
+    "optim.pos_lr_scale": number(ge=0),
+    "data.seq_len": integer(1),
+    "data.batch_size": integer(1),
+    "data.eval_batch_size": integer(1, null=True),
+    "data.num_workers": integer(0),
+    "data.tokenizer": choice("word", "bpe"),
+    "data.vocab_size": integer(2, null=True),
+    "data.valid_fraction": number(ge=0, lt=1),
+    "model.n_layer": integer(1),
+    "model.n_head": integer(1),
+    "model.d_model": integer(1),
+    "model.d_ff": integer(1, null=True),
+    "model.dropout": number(ge=0, lt=1),
+    "model.attn_block_size": integer(1),
+    "trainer.max_steps": integer(1),
+    "trainer.val_check_interval": integer(1),
+    "trainer.limit_val_batches": val_batches,
+    "trainer.gradient_clip_val": number(ge=0, null=True),
+    "trainer.accumulate_grad_batches": integer(1),
+    "trainer.log_every_n_steps": integer(1),
+    "trainer.precision": choice(*PRECISION_CHOICES),
+    "trainer.compile": boolean(),
+    "train.max_tokens": integer(1, null=True),
+    "train.validate_before_fit": boolean(),
+    "train.fingerprints": boolean(),
+    "checkpoint.every_n_steps": integer(1, null=True),
+    "resume": resume_setting,
+}
+
+EVAL_SCHEMA: dict[str, Check] = {
+    "eval.after_train": boolean(),
+    "eval.split": choice("validation", "test"),
+    "eval.lengths": list_of(integer(1), null=True),
+    "eval.factors": list_of(number(gt=0)),
+    "eval.modes": list_of(choice("nonoverlapping", "sliding")),
+    "eval.stride": integer(1, null=True),
+    "eval.batch_size": integer(1, null=True),
+    "eval.position_offset": integer(0),
+    "eval.bucket_size": integer(1, null=True),
+    "eval.unsupported": choice("error", "skip"),
+    "eval.precision": choice(*PRECISION_CHOICES),
+    "eval.device": choice("auto", "cpu", "cuda"),
+    "eval.log_wandb": boolean(),
+}
+
+
+def check_schema(cfg: Any, schema: dict[str, Check]) -> None:
+    """Raise ConfigError for the first key whose value fails its check."""
+    for key, check in schema.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT) if _is_config(cfg) else _get(cfg, key)
+        if value is _ABSENT:
+            continue
+        if isinstance(value, DictConfig | ListConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+        problem = check(value)
+        if problem is not None:
+            raise ConfigError(f"{key}={_show(value)} {problem}")
+
+
+def _is_config(cfg: Any) -> bool:
+    return isinstance(cfg, DictConfig)
+
+
+def _get(cfg: dict, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def _show(value: Any) -> str:
+    """A value as the user typed it on the command line (Hydra's syntax, not Python's)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+def require(key: str, value: Any, check: Check) -> None:
+    """One option checked where it is used (a scheme's constructor): ConfigError naming `key`."""
+    problem = check(value)
+    if problem is not None:
+        raise ConfigError(f"{key}={_show(value)} {problem}")

@@ -1,0 +1,275 @@
+"""Reports and comparisons from synthetic result rows: non-finite (diverged) rows, readable
+perplexity axes, the shape checks of models that did not learn, and compare.py's errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+
+from poslab.errors import ConfigError
+from poslab.evaluation.compare import compare, shape_checks
+from poslab.evaluation.report import (
+    log_binned,
+    markdown,
+    markdown_table,
+    position_figure,
+    ppl_figure,
+    write_reports,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NAN, INF = float("nan"), float("inf")
+
+
+def row(scheme, length, ppl, status="ok", train_length=64, mode="nonoverlapping", **extra):
+    loss = math.log(ppl) if math.isfinite(ppl) and ppl > 0 else ppl
+    return {
+        "scheme": scheme, "train_length": train_length, "mode": mode, "split": "validation",
+        "length": length, "factor": length / train_length, "word_level": True,
+        "position_offset": 0, "status": status, "tokens": 1000, "loss": loss, "ppl": ppl,
+        "word_ppl": ppl, "tokens_per_s": 1e4, "seconds": 0.1,
+        "loss_by_position": [[p, loss, 10] for p in range(0, length, max(1, length // 8))],
+        **extra,
+    }  # fmt: skip
+
+
+def curve(scheme, ppls, **kw):
+    """Rows at 64, 128, 256, ... for the given perplexities."""
+    return [row(scheme, 64 * 2**i, p, **kw) for i, p in enumerate(ppls)]
+
+
+# ---------------------------------------------------------------- non-finite rows
+
+
+def test_markdown_shows_nonfinite_rows_and_keeps_dash_for_skipped():
+    rows = [
+        *curve("rope", [20.0, 25.0]),
+        row("alibi", 64, NAN, status="nonfinite"),
+        row("alibi", 128, INF, status="nonfinite"),
+        row("learned", 64, 30.0),
+        row("learned", 128, NAN, status="skipped: beyond the table"),
+        row("t5", 64, 22.0),
+        row("t5", 128, NAN),  # an older file: "ok" with a NaN value
+    ]
+    table = markdown_table(rows, "ppl")
+    assert "| rope | 20.00 | 25.00 |" in table
+    assert "| alibi | nonfinite | nonfinite |" in table
+    assert "| learned | 30.00 | — |" in table
+    assert "| t5 | 22.00 | nonfinite |" in table
+    text = markdown(rows, "title", "scheme")
+    assert "nonfinite = the model diverged" in text and "— = a length" in text
+
+
+def test_write_reports_with_every_row_nonfinite_writes_every_file(tmp_path):
+    rows = [row("alibi", n, NAN, status="nonfinite") for n in (64, 128, 256)]
+    rows[1]["loss"] = rows[1]["ppl"] = INF
+    paths = write_reports(rows, tmp_path, "diverged")
+    for p in paths.values():
+        assert p.stat().st_size > 0
+    with paths["csv"].open() as f:
+        assert [r["status"] for r in csv.DictReader(f)] == ["nonfinite"] * 3
+    assert "| nonoverlapping | nonfinite | nonfinite | nonfinite |" in paths["md"].read_text()
+    assert json.loads(paths["json"].read_text())[0]["status"] == "nonfinite"
+
+
+def test_plots_leave_out_nonfinite_values():
+    rows = [
+        *curve("rope", [20.0, 25.0, 40.0]),
+        *curve("alibi", [NAN, INF, NAN], status="nonfinite"),
+        *curve("t5", [21.0, NAN, 23.0]),  # older file: "ok" but NaN at 128
+    ]
+    rows[0]["loss_by_position"][1][1] = NAN  # one NaN bucket in an otherwise finite row
+    fig = ppl_figure(rows, "scheme", "t")
+    try:
+        lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines() if ln.get_label()[0] != "_"}
+        assert set(lines) == {"rope", "t5"}
+        assert list(lines["t5"].get_xdata()) == [64, 256]
+        assert "alibi" in " ".join(t.get_text() for t in fig.texts)  # named as not plotted
+    finally:
+        plt.close(fig)
+    fig = position_figure(rows, "t")
+    try:
+        for ln in fig.axes[0].get_lines():
+            assert all(math.isfinite(y) for y in ln.get_ydata())
+        labels = {ln.get_label() for ln in fig.axes[0].get_lines()}
+        assert not any(label.startswith("alibi") for label in labels)
+    finally:
+        plt.close(fig)
+    assert log_binned([[0, NAN, 5], [1, 2.0, 5]]) == log_binned([[1, 2.0, 5]])
+
+
+# ---------------------------------------------------------------- readable perplexity axis
+
+
+def labelled_ticks(fig) -> list[float]:
+    """The numbers of the rendered y tick labels (major and minor) that carry text."""
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    lo, hi = sorted(ax.get_ylim())
+    ticks = ax.yaxis.get_major_ticks() + ax.yaxis.get_minor_ticks()
+    # the ticks drawn: the locators also place some just outside the view, never drawn
+    drawn = [t.label1 for t in ticks if lo * 0.999 <= t.get_loc() <= hi * 1.001]
+    drawn = sorted((t for t in drawn if t.get_text().strip()), key=lambda t: t.get_position()[1])
+    assert not ax.yaxis.get_offset_text().get_text()  # no "+1.329e4" / "1e4" beside the axis
+    boxes = [t.get_window_extent() for t in drawn]
+    for below, above in zip(boxes, boxes[1:], strict=False):
+        assert below.y1 <= above.y0 + 1, "overlapping tick labels"
+    values = []
+    for text in (t.get_text() for t in drawn):
+        plain = text.replace(",", "").replace("\u2212", "-")
+        assert "e" not in plain.lower() and "$" not in plain, text  # no sci/mathtext notation
+        values.append(float(plain))
+    return values
+
+
+@pytest.mark.parametrize(
+    "ppls",
+    [
+        [13290.0, 13305.0, 13322.0, 13340.0],  # close together
+        [13290.2, 13292.0, 13294.0, 13295.8],  # closer: labelled -1 ... 7 (an unshown offset)
+        [10.0, 100.0, 1000.0, 10000.0],  # 1e1-1e4
+        [101.0, 140.0, 180.0, 260.0],  # under one decade
+        [20.0, 45.0, 300.0, 900.0],  # between one and three decades
+        [1.5, 1.52, 1.55, 1.51],  # small and close
+        [88.5, 88.5, 88.5, 88.5],  # flat
+    ],
+)
+def test_ppl_axis_labels_are_plain_numbers_in_the_data_range(ppls):
+    rows = curve("rope", ppls) + curve("alibi", [p * 1.001 for p in ppls])
+    fig = ppl_figure(rows, "scheme", "t")
+    try:
+        values = labelled_ticks(fig)
+        lo, hi = min(r["ppl"] for r in rows), max(r["ppl"] for r in rows)
+        assert len(set(values)) >= 2, values
+        span = hi - lo if hi > lo else 0.1 * hi
+        for v in values:
+            assert lo / 2 - span <= v <= hi * 2 + span, (v, lo, hi)
+        # close values read as close: the labels lie within a few spans of the data
+        if hi / lo < 1.1:
+            assert all(lo - span <= v <= hi + span for v in values), values
+    finally:
+        plt.close(fig)
+
+
+def test_ppl_plot_with_no_finite_value_is_written_with_a_note(tmp_path):
+    rows = [row("alibi", n, NAN, status="nonfinite") for n in (64, 128)]
+    fig = ppl_figure(rows, "scheme", "t")
+    try:
+        fig.canvas.draw()
+        notes = [t.get_text() for t in fig.axes[0].texts]
+        assert any("no finite perplexity" in t for t in notes)
+    finally:
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------- shape checks
+
+
+def shape_rows(ratios, ppl1=100.0, vocab_size=None):
+    out = []
+    for scheme, r in ratios.items():
+        for factor, ppl in ((1.0, ppl1), (8.0, ppl1 * r)):
+            out.append({"scheme": scheme, "mode": "nonoverlapping", "factor": factor,
+                        "length": int(64 * factor), "ppl": ppl, "loss": math.log(ppl),
+                        "status": "ok", "vocab_size": vocab_size})  # fmt: skip
+    return out
+
+
+def test_shape_checks_of_models_that_learned_are_unchanged():
+    ratios = {"sinusoidal": 5.0, "rope": 1.5, "alibi": 0.97, "t5": 1.1}
+    good = shape_checks(shape_rows(ratios, vocab_size=8192))
+    assert len(good) == 4 and all(line.startswith("- [x]") for line in good)
+    bad = {"sinusoidal": 2.0, "rope": 1.01, "alibi": 1.2, "t5": 1.5}
+    assert all(line.startswith("- [ ]") for line in shape_checks(shape_rows(bad, 100.0, 8192)))
+
+
+def test_shape_checks_refuse_to_tick_a_model_that_did_not_learn():
+    rows = shape_rows({"alibi": 1.0}, ppl1=8190.0, vocab_size=8192)
+    (line,) = shape_checks(rows)
+    assert line.startswith("- [n/a]") and "[x]" not in line
+    assert "alibi did not learn: ppl 8190 at 1× ≈ vocab 8192" in line
+    # half of the uniform guess is still not "clearly below" it
+    (line,) = shape_checks(shape_rows({"alibi": 1.0}, ppl1=5000.0, vocab_size=8192))
+    assert line.startswith("- [n/a]") and "not clearly below vocab 8192" in line
+    # without vocab_size (older files) a flat, finite model is judged as before
+    (line,) = shape_checks(shape_rows({"alibi": 1.0}, ppl1=8190.0))
+    assert line.startswith("- [x]")
+
+
+def test_shape_checks_of_diverged_models_are_not_applicable():
+    rows = shape_rows({"sinusoidal": 5.0, "rope": 1.5, "alibi": 0.97, "t5": 1.1}, 100.0, 8192)
+    for r in rows:
+        if r["scheme"] == "rope":
+            r.update(status="nonfinite", ppl=NAN, loss=NAN)
+        if r["scheme"] == "alibi" and r["factor"] == 8.0:
+            r.update(ppl=INF, loss=INF)  # an older file: "ok" with inf
+    lines = dict(zip(("sinusoidal", "rope", "alibi", "t5"), shape_checks(rows), strict=True))
+    assert lines["sinusoidal"].startswith("- [x]")
+    assert lines["rope"].startswith("- [n/a]") and "rope did not learn: nonfinite" in lines["rope"]
+    assert lines["alibi"].startswith("- [n/a]") and "alibi diverged at 8×" in lines["alibi"]
+    assert lines["t5"].startswith("- [n/a]") and "rope did not learn" in lines["t5"]
+
+
+# ---------------------------------------------------------------- compare
+
+
+def write_run(folder: Path, rows: list[dict]) -> Path:
+    (folder / "extrapolation").mkdir(parents=True)
+    (folder / "extrapolation" / "extrapolation.json").write_text(json.dumps(rows))
+    return folder
+
+
+def test_compare_with_a_diverged_and_an_unlearned_scheme(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "0", curve("rope", [20.0, 21.0, 23.0, 30.0], vocab_size=8192))
+    write_run(sweep / "1", curve("alibi", [8190.0] * 4, vocab_size=8192))
+    write_run(sweep / "2", curve("t5", [NAN] * 4, status="nonfinite", vocab_size=8192))
+    rows = compare([sweep], tmp_path / "out")
+    assert {r["scheme"] for r in rows} == {"rope", "alibi", "t5"}
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert "| t5 | nonfinite | nonfinite | nonfinite | nonfinite |" in text
+    assert "- [x] rope ppl at 8×" in text
+    assert "- [n/a] alibi ppl at 8×" in text and "alibi did not learn" in text
+    assert "- [n/a] t5 ratio" in text
+    for name in ("comparison_ppl.png", "comparison_loss_by_position.png", "comparison.csv"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+
+
+def test_compare_errors_name_the_folder(tmp_path):
+    with pytest.raises(ConfigError, match="no such file or folder: .*missing; pass run folders"):
+        compare([tmp_path / "missing"], tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"under .*empty; pass run folders"):
+        compare([tmp_path / "empty"], tmp_path / "out")
+    bad = write_run(tmp_path / "bad", [])
+    (bad / "extrapolation" / "extrapolation.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="is not a results file"):
+        compare([bad], tmp_path / "out")
+
+
+@pytest.mark.parametrize("what", ["empty", "missing"])
+def test_compare_script_on_no_results_exits_2_with_one_line(tmp_path, what):
+    folder = tmp_path / "results"
+    if what == "empty":
+        folder.mkdir()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "compare.py"), str(folder)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("error: ") and str(folder) in lines[0]
+    assert "pass run folders" in lines[0]
+    assert not (folder / "comparison").exists()
