@@ -4,12 +4,14 @@ import hydra
 from omegaconf import DictConfig
 
 from poslab.cli import hydra_task, run_app
+from poslab.validate import check_run_config
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 @hydra_task(owns_folder=True)
 def main(cfg: DictConfig) -> float:
-    from poslab.training import run_training  # after Hydra: a typo fails without importing torch
+    check_run_config(cfg)  # before Lightning is imported: bad input fails in about a second
+    from poslab.training import run_training
 
     return run_training(cfg)["best_val_loss"]
 

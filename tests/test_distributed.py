@@ -120,15 +120,17 @@ def test_fsdp_config_shards_every_block(four_gpus, corpus, tmp_path):
 
 
 @pytest.mark.parametrize("gpus", [0, 4])
-def test_fsdp_on_cpus_is_one_clear_error_before_any_work(monkeypatch, tmp_path, gpus):
+def test_fsdp_on_cpus_is_one_clear_error_before_any_work(monkeypatch, corpus, tmp_path, gpus):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
-    # with GPUs present, asking for CPUs; and a corpus that does not exist: the error must come
-    # before any data is read
+    # with GPUs present, asking for CPUs: the error must come before any data is read (a fresh
+    # token cache folder stays absent)
     extra = ["trainer.accelerator=cpu"] if gpus else []
-    cfg = compose_train(["data.path=/nonexistent/corpus", *TINY, "trainer=fsdp",
-                         "trainer.precision=32-true", *extra], tmp_path)  # fmt: skip
+    cache = tmp_path / "cache"
+    cfg = compose_train([f"data.path={corpus}", f"data.cache_dir={cache}", *TINY, "trainer=fsdp",
+                         "trainer.precision=32-true", *extra], tmp_path / "run")  # fmt: skip
     with pytest.raises(ConfigError, match=FSDP_ON_CPU):
         run_training(cfg)
+    assert not cache.exists()
 
 
 def test_fsdp_on_cpus_cli_says_so_in_one_line(tmp_path):

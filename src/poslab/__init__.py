@@ -26,7 +26,10 @@ def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None) -> str:
     if ckpt:
         parent = Path(ckpt).expanduser().parent
         return str(parent.parent if parent.name == "checkpoints" else parent)
-    return "outputs/eval"  # neither given: eval.py stops with an error (and removes it if empty)
+    import tempfile
+
+    # neither given: eval.py stops with an error, and removes this folder again
+    return str(Path(tempfile.gettempdir()) / f"poslab-eval-{_UID}")
 
 
 if not OmegaConf.has_resolver("eval_dir"):

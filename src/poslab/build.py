@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,19 @@ def instantiate_checked(config: Any, **kwargs: Any) -> Any:
         if isinstance(err.__cause__, ConfigError):
             raise err.__cause__ from None
         target = config.get("_target_") if hasattr(config, "get") else config
-        raise ConfigError(f"cannot build {target}: {err.__cause__ or err}") from None
+        cause = str(err.__cause__ or err)
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", cause)
+        if unknown and isinstance(target, str):
+            import inspect
+
+            from hydra.utils import get_class
+
+            options = [n for n in inspect.signature(get_class(target)).parameters]
+            raise ConfigError(
+                f"{target.rsplit('.', 1)[-1]} has no option {unknown.group(1)!r} (it has: "
+                f"{', '.join(options)}); check the spelling"
+            ) from None
+        raise ConfigError(f"cannot build {target}: {cause}") from None
 
 
 def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
@@ -31,6 +44,37 @@ def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
     gpt_config = GPTConfig(vocab_size=vocab_size, **model_cfg)
     pos = instantiate_checked(config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head)
     return GPT(gpt_config, pos)
+
+
+def scheme_with_overrides(
+    pos_cfg: dict[str, Any], overrides: dict[str, Any], d_model: int, n_head: int
+) -> Any:
+    """The scheme rebuilt with eval-time `overrides`, checked to be options the scheme has and
+    to keep its parameters' shapes (so a checkpoint's weights still load)."""
+    import inspect
+
+    from hydra.utils import get_class
+
+    target = get_class(pos_cfg["_target_"])
+    options = [n for n in inspect.signature(target).parameters if n not in ("d_model", "n_head")]
+    for key in overrides:
+        if key not in options:
+            raise ConfigError(
+                f"eval.pos_overrides.{key}: {target.__name__} has no option {key!r} "
+                f"(it has: {', '.join(options) or 'none'})"
+            )
+    trained = instantiate_checked(pos_cfg, d_model=d_model, n_head=n_head)
+    changed = instantiate_checked({**pos_cfg, **overrides}, d_model=d_model, n_head=n_head)
+    before = {k: tuple(v.shape) for k, v in trained.state_dict().items()}
+    after = {k: tuple(v.shape) for k, v in changed.state_dict().items()}
+    if before != after:
+        diff = next(k for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k))
+        raise ConfigError(
+            f"eval.pos_overrides={overrides} changes the scheme's weights (pos.{diff}: "
+            f"{before.get(diff)} trained, {after.get(diff)} with the overrides); override only "
+            "options that keep the scheme's parameters"
+        )
+    return changed
 
 
 def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
@@ -61,6 +105,10 @@ def load_checkpoint(
     hparams = ckpt["hyper_parameters"]
     config, vocab_size = hparams["config"], hparams["vocab_size"]
     if pos_overrides:
+        model_cfg = config["model"]
+        scheme_with_overrides(
+            config["pos"], pos_overrides, model_cfg["d_model"], model_cfg["n_head"]
+        )
         config = {**config, "pos": {**config["pos"], **pos_overrides}}
     model = build_model(config, vocab_size)
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}

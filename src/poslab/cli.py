@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.experimental.callback import Callback
 
 from poslab.errors import EXIT_BAD_INPUT, ConfigError, report
 
@@ -140,7 +142,14 @@ def _hydra_error_line(err: BaseException) -> str:
     if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:
         group, _, name = str(err.missing_cfg_file).rpartition("/")
         return f"{group}={name} is not an option; choose one of: {', '.join(err.options)}"
-    lines = [str(err)]
+    message = str(err)
+    appended = re.search(r"Could not override '([^']+)'.*use (\+\S+)", message, re.S)
+    if appended and "not in struct" in str(err.__cause__):
+        key, add = appended.groups()
+        return (
+            f"{key}: there is no such key; check the spelling (to add a new key on purpose: {add})"
+        )
+    lines = [message]
     if err.__cause__ is not None:
         lines.append(str(err.__cause__))
     parts = []
@@ -204,3 +213,15 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
             raise
         print(f"error: {_hydra_error_line(err)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_INPUT)
+
+
+class CompareOnMultirunEnd(Callback):
+    """Hydra callback: after a `-m` sweep, merge its jobs' results into <sweep>/comparison/.
+    (Here, not in poslab.evaluation.compare, so Hydra can build it without importing torch.)"""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        from poslab.evaluation.compare import compare, find_results
+
+        sweep = Path(config.hydra.sweep.dir)
+        if find_results([sweep]):
+            compare([sweep], sweep / "comparison")

@@ -27,9 +27,8 @@ from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, RankFingerprint
 from poslab.cli import log_to_file, run_dir, write_status
 from poslab.errors import ConfigError, TrainingDiverged
 from poslab.lit import LanguageModel
-from poslab.model import GPTConfig
 from poslab.precision import device_type_of, resolve_precision
-from poslab.validate import TRAIN_SCHEMA, check_schema
+from poslab.validate import check_run_config
 
 log = logging.getLogger(__name__)
 
@@ -187,30 +186,6 @@ def max_steps_for(cfg: DictConfig) -> int:
     return steps
 
 
-def check_run_config(cfg: DictConfig) -> None:
-    """Every option checked before any work: the schema (types, ranges, choices), the model and
-    the scheme (built once, cheaply, so their own checks run), the training length, and every
-    evaluation length the after-training evaluation must cover."""
-    check_schema(cfg, TRAIN_SCHEMA)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    model_cfg = {k: v for k, v in config["model"].items() if not k.startswith("_")}
-    try:
-        gpt_config = GPTConfig(vocab_size=2, **model_cfg)
-    except TypeError as err:
-        raise ConfigError(f"model: {err}") from None
-    scheme = instantiate_checked(
-        config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head
-    )
-    scheme.check_length(cfg.data.seq_len - 1)
-    if cfg.eval.after_train:
-        from poslab.evaluation.run import check_eval_config, eval_lengths
-
-        check_eval_config(cfg.eval)  # a typo fails now, not after training
-        if cfg.eval.unsupported == "error":
-            for length in eval_lengths(cfg.eval, cfg.data.seq_len):
-                scheme.check_length(cfg.eval.position_offset + length - 1)
-
-
 # what may differ between a checkpoint and the run that resumes it: everything else decides the
 # model, the data or their order
 RESUMABLE_CHANGES = ("trainer", "eval", "logger", "checkpoint", "resume", "train")
@@ -274,7 +249,6 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
     check_run_config(cfg)  # bad input: one line before any data is read
     max_steps = max_steps_for(cfg)  # a process setup that cannot run fails before work
     resume = resume_checkpoint(cfg, out)
-    L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     config = OmegaConf.to_container(cfg, resolve=True)
     # trainer.precision=auto becomes what this hardware runs fastest; the checkpoint and W&B
@@ -294,7 +268,8 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         )
 
     datamodule = instantiate_checked(cfg.data, seed=cfg.seed)
-    vocab_size = datamodule.vocab_size
+    vocab_size = datamodule.vocab_size  # reads (or builds) the token cache: corpus errors here
+    L.seed_everything(cfg.seed, workers=True)
     wandb_id = read_checkpoint(resume).get("wandb_run_id") if resume else None
     logger = build_logger(config, out, wandb_id=wandb_id)
     module = LanguageModel(config, vocab_size)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -130,6 +131,12 @@ def resume_setting(value: Any) -> str | None:
     return "must be auto, a run folder or a checkpoint file (or null)"
 
 
+def max_tokens_setting(value: Any) -> str | None:
+    if value is None or value == "auto" or (_is_int(value) and value >= 2):
+        return None
+    return "must be a number of tokens ≥ 2, auto, or null (the whole split)"
+
+
 PRECISION_CHOICES = ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
 
 TRAIN_SCHEMA: dict[str, Check] = {
@@ -176,6 +183,7 @@ EVAL_SCHEMA: dict[str, Check] = {
     "eval.factors": list_of(number(gt=0)),
     "eval.modes": list_of(choice("nonoverlapping", "sliding")),
     "eval.stride": integer(1, null=True),
+    "eval.max_tokens": max_tokens_setting,
     "eval.batch_size": integer(1, null=True),
     "eval.position_offset": integer(0),
     "eval.bucket_size": integer(1, null=True),
@@ -221,6 +229,69 @@ def _show(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(_show(v) for v in value) + "]"
     return str(value)
+
+
+def eval_lengths(eval_cfg: Any, train_length: int) -> list[int]:
+    if eval_cfg.lengths:
+        key, given, lengths = "eval.lengths", list(eval_cfg.lengths), list(eval_cfg.lengths)
+    else:
+        key, given = "eval.factors", list(eval_cfg.factors)
+        lengths = [int(f * train_length) for f in given]
+    if not lengths or any(int(n) < 1 for n in lengths):
+        raise ConfigError(
+            f"{key}={given} gives evaluation lengths {lengths} for a training length of "
+            f"{train_length}; every length must be ≥ 1"
+        )
+    return sorted({int(n) for n in lengths})
+
+
+def check_eval_config(eval_cfg: Any) -> None:
+    """The eval options that need no checkpoint, checked before any work (train.py calls this
+    before training, so a typo does not surface only after the run)."""
+    if isinstance(eval_cfg, DictConfig):
+        eval_cfg = OmegaConf.to_container(eval_cfg, resolve=True)
+    check_schema({"eval": eval_cfg}, EVAL_SCHEMA)
+    overrides = eval_cfg.get("pos_overrides")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ConfigError(
+            f"eval.pos_overrides={overrides!r} must be a mapping, e.g. {{beyond_table: clamp}}"
+        )
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """Every option of a training run checked before any work (and before Lightning is
+    imported): the schema (types, ranges, choices), the model and the scheme (built once,
+    cheaply, so their own checks run), the training length, the eval-time overrides, and every
+    evaluation length the after-training evaluation must cover."""
+    check_schema(cfg, TRAIN_SCHEMA)
+    check_schema(cfg, EVAL_SCHEMA)
+    from poslab.build import instantiate_checked, scheme_with_overrides  # torch, not before
+    from poslab.model import GPTConfig
+
+    path = cfg.data.get("path")
+    if path is not None and not Path(str(path)).expanduser().exists():
+        raise ConfigError(f"data.path={path} does not exist; point it at a folder of split files")
+    config = OmegaConf.to_container(cfg, resolve=True)
+    model_cfg = {k: v for k, v in config["model"].items() if not k.startswith("_")}
+    try:
+        gpt_config = GPTConfig(vocab_size=2, **model_cfg)
+    except TypeError as err:
+        raise ConfigError(f"model: {err}") from None
+    scheme = instantiate_checked(
+        config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head
+    )
+    scheme.check_length(cfg.data.seq_len - 1)
+    if cfg.eval.after_train:
+        check_eval_config(cfg.eval)  # a typo fails now, not after training
+        overrides = config["eval"].get("pos_overrides") or {}
+        if overrides:  # the scheme the evaluation will use
+            scheme = scheme_with_overrides(
+                config["pos"], overrides, gpt_config.d_model, gpt_config.n_head
+            )
+        lengths = eval_lengths(cfg.eval, cfg.data.seq_len)
+        if cfg.eval.unsupported == "error":
+            for length in lengths:
+                scheme.check_length(cfg.eval.position_offset + length - 1)
 
 
 def require(key: str, value: Any, check: Check) -> None:

@@ -9,9 +9,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
-
 from poslab.errors import ConfigError, exit_on_config_error
 from poslab.evaluation.report import (
     fmt,
@@ -180,15 +177,6 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     print(text, flush=True)
     print(f"\nwrote comparison.{{md,csv,json}} and plots to {out}", flush=True)
     return rows
-
-
-class CompareOnMultirunEnd(Callback):
-    """Hydra callback: after a `-m` sweep, merge its jobs' results into <sweep>/comparison/."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep = Path(config.hydra.sweep.dir)
-        if find_results([sweep]):
-            compare([sweep], sweep / "comparison")
 
 
 def default_out(paths: list[str]) -> Path:

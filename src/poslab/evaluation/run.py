@@ -16,7 +16,7 @@ from poslab.errors import ConfigError
 from poslab.evaluation.perplexity import score
 from poslab.evaluation.report import markdown, metric_name, write_reports
 from poslab.precision import AUTOCAST_DTYPE, resolve_precision
-from poslab.validate import EVAL_SCHEMA, check_schema
+from poslab.validate import check_eval_config, eval_lengths, max_tokens_setting, require
 
 log = logging.getLogger(__name__)
 
@@ -30,20 +30,6 @@ def checkpoint_of_run(run: str | Path) -> Path:
     raise ConfigError(f"run={run} has no checkpoints/best.ckpt or last.ckpt; pass ckpt=PATH")
 
 
-def eval_lengths(eval_cfg: Any, train_length: int) -> list[int]:
-    if eval_cfg.lengths:
-        key, given, lengths = "eval.lengths", list(eval_cfg.lengths), list(eval_cfg.lengths)
-    else:
-        key, given = "eval.factors", list(eval_cfg.factors)
-        lengths = [int(f * train_length) for f in given]
-    if not lengths or any(int(n) < 1 for n in lengths):
-        raise ConfigError(
-            f"{key}={given} gives evaluation lengths {lengths} for a training length of "
-            f"{train_length}; every length must be ≥ 1"
-        )
-    return sorted({int(n) for n in lengths})
-
-
 AUTO_MIN_TOKENS = 65536
 
 
@@ -55,10 +41,7 @@ def scored_token_cap(setting: Any, trained_tokens: int | None) -> int | None:
         return None
     if setting == "auto":
         return None if trained_tokens is None else max(AUTO_MIN_TOKENS, int(trained_tokens))
-    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 2:
-        raise ConfigError(
-            f"eval.max_tokens={setting!r}; give a number of tokens ≥ 2, auto, or null (all)"
-        )
+    require("eval.max_tokens", setting, max_tokens_setting)
     return setting
 
 
@@ -68,20 +51,6 @@ def pick_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("eval.device=cuda but no CUDA device is visible; use eval.device=cpu")
     return torch.device(name)
-
-
-def check_eval_config(eval_cfg: Any) -> None:
-    """The eval options that need no checkpoint, checked before any work (train.py calls this
-    before training, so a typo does not surface only after the run)."""
-    if isinstance(eval_cfg, DictConfig):
-        eval_cfg = OmegaConf.to_container(eval_cfg, resolve=True)
-    check_schema({"eval": eval_cfg}, EVAL_SCHEMA)
-    scored_token_cap(eval_cfg.get("max_tokens"), None)
-    overrides = eval_cfg.get("pos_overrides")
-    if overrides is not None and not isinstance(overrides, dict):
-        raise ConfigError(
-            f"eval.pos_overrides={overrides!r} must be a mapping, e.g. {{beyond_table: clamp}}"
-        )
 
 
 def evaluate_checkpoint(
@@ -218,6 +187,7 @@ def run_eval(cfg: DictConfig) -> list[dict]:
     """Entry point of eval.py: pick the checkpoint, evaluate, optionally log to W&B."""
     if bool(cfg.ckpt) == bool(cfg.run):
         raise ConfigError("pass exactly one of ckpt=PATH (a .ckpt file) or run=RUN_DIR")
+    check_eval_config(cfg.eval)
     ckpt = Path(cfg.ckpt) if cfg.ckpt else checkpoint_of_run(cfg.run)
     read_checkpoint(ckpt)  # a missing or foreign file: one clear line before anything starts
     wandb_run = None

@@ -1,0 +1,269 @@
+"""Reliability: a killed run resumes to the same loss, SIGTERM saves and says how to resume, a
+diverged run stops at once, and every bad input is one line with exit code 2 before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, TINY, make_corpus
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+# a run long enough to be stopped part-way: 60 steps, a checkpoint every 5
+RESUMABLE = [
+    *[o for o in TINY if not o.startswith(("trainer.max_steps", "logger="))],
+    "trainer.max_steps=60",
+    "checkpoint.every_n_steps=5",
+    "eval.after_train=false",
+]
+
+
+def train_cmd(corpus: Path, folder: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(REPO / "train.py"), f"data.path={corpus}", *RESUMABLE, *extra,
+            f"hydra.run.dir={folder}"]  # fmt: skip
+
+
+def wandb_env(home: Path) -> dict[str, str]:
+    """W&B offline (no credentials), its files under the run folder."""
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    return {**env, "HOME": str(home), "NETRC": str(home / "none"), "WANDB_MODE": "offline"}
+
+
+def final_val_loss(folder: Path) -> float:
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "completed", status
+    return status["val_loss"]
+
+
+def wandb_run_ids(folder: Path) -> list[str]:
+    return sorted(p.name.rsplit("-", 1)[-1] for p in (folder / "wandb").glob("offline-run-*"))
+
+
+def start_and_wait_for_checkpoint(cmd: list[str], folder: Path, env: dict) -> subprocess.Popen:
+    """Start a training run and return once its first periodic checkpoint is on disk."""
+    proc = subprocess.Popen(
+        cmd, cwd=folder.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 240
+    while not ckpt.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.01)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> float:
+    """The final validation loss of the run the interrupted ones must reproduce."""
+    folder = tmp_path_factory.mktemp("full") / "run"
+    env = wandb_env(folder.parent)
+    result = subprocess.run(train_cmd(corpus, folder, "logger=wandb"), cwd=folder.parent,
+                            env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return final_val_loss(folder)
+
+
+def test_sigkilled_run_resumes_to_the_same_loss(corpus, tmp_path, uninterrupted):
+    """SIGKILL mid-way (no chance to clean up), then resume=auto in the same folder: the same
+    final validation loss as the uninterrupted run, and the same W&B run continues."""
+    folder = tmp_path / "run"
+    env = wandb_env(tmp_path)
+    cmd = train_cmd(corpus, folder, "logger=wandb")
+    proc = start_and_wait_for_checkpoint(cmd, folder, env)
+    proc.kill()
+    proc.wait()
+    step = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    assert 0 < step < 60  # it really stopped part-way
+    assert json.loads((folder / "status.json").read_text())["status"] == "running"
+
+    resumed = subprocess.run([*cmd, "resume=auto"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert final_val_loss(folder) == pytest.approx(uninterrupted, rel=1e-4)
+    ids = wandb_run_ids(folder)
+    assert len(ids) == 2 and ids[0] == ids[1], ids  # one W&B run, continued
+
+
+def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(corpus, tmp_path, uninterrupted):
+    folder = tmp_path / "run"
+    env = wandb_env(tmp_path)
+    proc = start_and_wait_for_checkpoint(train_cmd(corpus, folder, "logger=csv"), folder, env)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("stopped by SIGTERM at step ")
+    assert last_line.endswith(f"resume with: python train.py resume={folder}")
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "interrupted" and 0 < status["step"] < 60
+    assert (folder / "train.log").read_text().strip().splitlines()[-1] == last_line
+
+    # the printed command, as a user would paste it: the run's own overrides come from its folder
+    resumed = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), f"resume={folder}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert final_val_loss(folder) == pytest.approx(uninterrupted, rel=1e-4)
+
+
+def test_divergence_stops_at_once_and_marks_the_run_failed(corpus, tmp_path):
+    folder = tmp_path / "run"
+    result = subprocess.run(
+        train_cmd(corpus, folder, "logger=csv", "optim.lr=1e6", "optim.warmup_steps=1"),
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: train/loss is nan at step ")
+    assert "lower optim.lr (now 1e+06)" in error
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "failed" and "diverged" in status["error"]
+    assert (folder / "train.log").read_text().strip().splitlines()[-1] == error
+    assert not (folder / "extrapolation").exists()
+    for ckpt in (folder / "checkpoints").glob("*.ckpt"):  # only finite weights were ever saved
+        weights = torch.load(ckpt, weights_only=True)["state_dict"].values()
+        assert all(torch.isfinite(w).all() for w in weights)
+
+
+def test_fresh_run_refuses_a_folder_with_checkpoints(corpus, tmp_path):
+    folder = tmp_path / "run"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"not touched")
+    result = subprocess.run(train_cmd(corpus, folder, "logger=csv"), cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 2
+    assert "pass resume=auto to continue it" in result.stderr.strip().splitlines()[-1]
+    assert (folder / "checkpoints" / "last.ckpt").read_bytes() == b"not touched"
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: one line on stderr naming the key or file, exit code 2, nothing left behind
+
+
+@pytest.fixture(scope="module")
+def bad_corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad_corpora")
+    binary = make_corpus(root / "binary", n_train=50, n_valid=10)
+    (binary / "train.txt").write_bytes(bytes(range(256)) * 40)
+    latin1 = make_corpus(root / "latin1", n_train=50, n_valid=10)
+    (latin1 / "valid.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+    blank = make_corpus(root / "blank", n_train=50, n_valid=10)
+    (blank / "valid.txt").write_text("\n \n\t\n")
+    return {"binary": binary, "latin1": latin1, "blank": blank}
+
+
+def train_case(*overrides: str) -> tuple[str, list[str]]:
+    return "train", list(overrides)
+
+
+def eval_case(*overrides: str) -> tuple[str, list[str]]:
+    return "eval", list(overrides)
+
+
+# (case, expected text in the one error line); {corpus}, {binary}, {latin1}, {blank},
+# {learned}, {rope} and {file} are filled in per run
+BAD_INPUTS = [
+    (train_case("seed=abc"), "seed=abc must be an integer"),
+    (train_case("seed=1.5"), "seed=1.5"),
+    (train_case("optim.lr=nan"), "optim.lr=nan must be a finite number > 0"),
+    (train_case("optim.lr=-1"), "optim.lr=-1"),
+    (train_case("optim.warmup_steps=-1"), "optim.warmup_steps=-1"),
+    (train_case("optim.betas=[0.9]"), "optim.betas=[0.9]"),
+    (train_case("pos.base=-1"), "pos.base=-1"),
+    (train_case("pos.base=0"), "pos.base=0"),
+    (train_case("pos.bsae=500"), "pos.bsae: there is no such key"),
+    (train_case("pos=foo"), "pos=foo is not an option; choose one of: alibi"),
+    (train_case("pos=learned", "eval.unsupported=error"), "pos.max_positions"),
+    (train_case("pos=t5", "pos.num_buckets=0"), "pos.num_buckets=0"),
+    (train_case("eval.stride=-4"), "eval.stride=-4"),
+    (train_case("eval.stride=0"), "eval.stride=0"),
+    (train_case("eval.bucket_size=-1"), "eval.bucket_size=-1"),
+    (train_case("eval.position_offset=-20"), "eval.position_offset=-20"),
+    (train_case("eval.max_tokens=-5"), "eval.max_tokens=-5"),
+    (train_case("eval.lengths=[0]"), "eval.lengths=[0]"),
+    (train_case("eval.factors=[0.001]"), "eval.factors=[0.001]"),
+    (train_case("eval.modes=[foo]"), "eval.modes=[foo]"),
+    (train_case("+eval.pos_overrides.max_positions=8"), "eval.pos_overrides.max_positions"),
+    (train_case("pos=learned", "+eval.pos_overrides.max_positions=8"), "eval.pos_overrides"),
+    (train_case("trainer.max_steps=0"), "trainer.max_steps=0"),
+    (train_case("trainer.precision=bf17"), "trainer.precision=bf17"),
+    (train_case("data.seq_len=0"), "data.seq_len=0"),
+    (train_case("data.batch_size=0"), "data.batch_size=0"),
+    (train_case("model.d_model=33"), "model.d_model=33 is not divisible by model.n_head"),
+    (train_case("model.dropout=1.5"), "model.dropout=1.5"),
+    (train_case("resume=/no/such/run"), "resume=/no/such/run does not exist"),
+    (train_case("data.path=/no/such/corpus"), "data.path=/no/such/corpus does not exist"),
+    (train_case("data.path={binary}"), "train.txt"),
+    (train_case("data.path={latin1}"), "valid.txt"),
+    (train_case("data.path={blank}"), "valid.txt"),
+    (eval_case(), "pass exactly one of ckpt=PATH"),
+    (eval_case("ckpt=/no/such.ckpt"), "/no/such.ckpt does not exist"),
+    (eval_case("ckpt={file}"), "train.txt as a checkpoint"),
+    (eval_case("run={learned}", "eval.lengths=[32,64]"), "pos.max_positions"),
+    (eval_case("run={learned}", "eval.position_offset=-20"), "eval.position_offset=-20"),
+    (eval_case("run={learned}", "+eval.pos_overrides.max_positions=8"), "eval.pos_overrides"),
+    (eval_case("run={rope}", "data_path={binary}"), "train.txt"),
+    (eval_case("run={rope}", "eval.modes=[foo]"), "eval.modes=[foo]"),
+]
+
+
+def run_case(kind: str, overrides: list[str], values: dict[str, str], out: Path) -> tuple:
+    args = [o.format(**values) for o in overrides]
+    if kind == "train":
+        cmd = [str(REPO / "train.py"), f"data.path={values['corpus']}", *TINY, "logger=csv",
+               *args, f"hydra.run.dir={out}"]  # fmt: skip
+    else:
+        cmd = [str(REPO / "eval.py"), *args, f"out_dir={out}"]
+    result = subprocess.run([sys.executable, *cmd], cwd=out.parent, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    return result, out
+
+
+def test_every_bad_input_is_one_line_and_exit_code_2(corpus, trained_runs, bad_corpora, tmp_path):
+    assert len(BAD_INPUTS) >= 25
+    values = {
+        "corpus": str(corpus), "learned": str(trained_runs["learned"][0]),
+        "rope": str(trained_runs["rope"][0]), "file": str(corpus / "train.txt"),
+        **{k: str(v) for k, v in bad_corpora.items()},
+    }  # fmt: skip
+    with ThreadPoolExecutor(max_workers=3) as pool:  # the processes wait on imports mostly
+        futures = [
+            pool.submit(run_case, kind, overrides, values, tmp_path / f"case{i}")
+            for i, ((kind, overrides), _) in enumerate(BAD_INPUTS)
+        ]
+        results = [f.result() for f in futures]
+    failures = []
+    for ((kind, overrides), expected), (result, out) in zip(BAD_INPUTS, results, strict=True):
+        lines = result.stderr.strip().splitlines()
+        problems = []
+        if result.returncode != 2:
+            problems.append(f"exit code {result.returncode}")
+        if len(lines) != 1 or not lines[0].startswith("error: "):
+            problems.append(f"{len(lines)} stderr lines")
+        if "Traceback" in result.stderr:
+            problems.append("a traceback")
+        if expected.format(**values) not in result.stderr:
+            problems.append(f"no {expected!r}")
+        if out.exists():
+            problems.append(f"left {sorted(os.listdir(out))}")
+        if problems:
+            failures.append(f"{kind} {overrides}: {', '.join(problems)}\n{result.stderr[-1500:]}")
+    assert not failures, "\n\n".join(failures)
