@@ -271,6 +271,8 @@ def test_eval_py_cli_prints_the_table(trained_runs, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| nonoverlapping |" in result.stdout and "| sliding |" in result.stdout
     assert (tmp_path / "extrapolation" / "extrapolation.json").is_file()
+    # with out_dir= nothing else is created: no outputs/eval/DATE/TIME, no .hydra/
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.log", "extrapolation"]
     (tmp_path / "foreign.ckpt").write_bytes(b"not a checkpoint")
     for name, message in (("missing.ckpt", "does not exist"), ("foreign.ckpt", "cannot read")):
         bad = subprocess.run(

@@ -154,6 +154,48 @@ def test_fresh_run_refuses_a_folder_with_checkpoints(corpus, tmp_path):
     assert (folder / "checkpoints" / "last.ckpt").read_bytes() == b"not touched"
 
 
+def test_two_runs_started_together_get_their_own_folders(corpus, tmp_path):
+    cmd = [
+        sys.executable,
+        str(REPO / "train.py"),
+        f"data.path={corpus}",
+        *TINY,
+        "logger=none",
+        "trainer.max_steps=2",
+        "eval.after_train=false",
+        "train.validate_before_fit=false",
+    ]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
+    runs = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
+    assert len(runs) == 2, runs
+    for run in runs:
+        assert json.loads((run / "status.json").read_text())["status"] == "completed"
+        assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_wandb_that_cannot_reach_its_server_falls_back_to_offline(corpus, tmp_path):
+    """Credentials but no server: the run waits logger.init_timeout seconds, not forever, then
+    logs offline and finishes."""
+    env = {
+        **wandb_env(tmp_path),
+        "WANDB_MODE": "online",
+        "WANDB_API_KEY": "x" * 40,
+        "WANDB_BASE_URL": "http://127.0.0.1:9",
+    }  # a port where nothing listens
+    folder = tmp_path / "run"
+    result = subprocess.run(
+        train_cmd(corpus, folder, "logger=wandb", "logger.init_timeout=5", "trainer.max_steps=3"),
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "W&B could not start online" in result.stdout + result.stderr
+    assert list((folder / "wandb").glob("offline-run-*"))
+    assert json.loads((folder / "status.json").read_text())["status"] == "completed"
+
+
 # ---------------------------------------------------------------------------------------------
 # bad input: one line on stderr naming the key or file, exit code 2, nothing left behind
 

@@ -89,7 +89,9 @@ def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None)
                 str(err).splitlines()[0] if str(err) else "",
                 out / "wandb",
             )
-            kwargs.pop("settings")
+            # wandb keeps the settings of its first start in this process: say offline to
+            # wandb.init itself (Lightning's offline=True only sets WANDB_MODE)
+            kwargs["settings"] = wandb.Settings(mode="offline")
     return instantiate_checked(logger_cfg, offline=True, **kwargs)
 
 
