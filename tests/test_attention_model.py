@@ -15,7 +15,7 @@ from torch import nn
 
 import poslab.attention
 import poslab.model
-from poslab.attention import causal_attention
+from poslab.attention import SDPA, Blockwise, Flex, causal_attention
 from poslab.errors import ConfigError
 from poslab.model import GPT, GPTConfig
 from poslab.positions import (
@@ -36,7 +36,7 @@ N_HEAD = 4
 
 def _t5() -> T5Bias:
     scheme = T5Bias(D_MODEL, N_HEAD)
-    nn.init.normal_(scheme.bias.weight, std=1.0)  # the table is zero-initialised
+    nn.init.normal_(scheme.bias, std=1.0)  # the table is zero-initialised
     return scheme
 
 
@@ -54,14 +54,23 @@ ABSOLUTE = ("sinusoidal", "learned")
 BIAS_SCHEMES = ("alibi", "t5")
 
 
-def _build(name: str, attn_block_size: int = 1024, seed: int = 0) -> GPT:
+def _build(
+    name: str,
+    attn_block_size: int = 1024,
+    seed: int = 0,
+    full_bias_mib: int = 256,
+    kernel: str = "sdpa",
+) -> GPT:
     """A tiny GPT whose weights are large enough that attention is far from uniform, so that
     positions visibly change the logits (the default std-0.02 init makes scores nearly zero)."""
     torch.manual_seed(seed)
-    config = GPTConfig(
-        vocab_size=VOCAB, n_layer=2, n_head=N_HEAD, d_model=D_MODEL, attn_block_size=attn_block_size
+    config = GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEAD, d_model=D_MODEL)
+    attention = (
+        SDPA(block_size=attn_block_size, full_bias_mib=full_bias_mib)
+        if kernel == "sdpa"
+        else Blockwise(block_size=attn_block_size)
     )
-    model = GPT(config, SCHEMES[name]())
+    model = GPT(config, SCHEMES[name](), attention)
     with torch.no_grad():
         for pname, param in model.named_parameters():
             if param.dim() >= 2 and not pname.startswith("pos.bias"):
@@ -79,12 +88,13 @@ def _tokens(batch: int, seq_len: int, seed: int = 1) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("kernel", ["sdpa", "blockwise"])
 @pytest.mark.parametrize("block_size", [5, 1024])
 @pytest.mark.parametrize("name", list(SCHEMES))
-def test_causality(name, block_size, monkeypatch):
-    if block_size < 1024:  # the per-block path (the model builds small biases whole otherwise)
-        monkeypatch.setattr(poslab.attention, "FULL_BIAS_BYTES", 0)
-    model = _build(name, attn_block_size=block_size)
+def test_causality(name, block_size, kernel):
+    # block 5: the per-block path (the model builds small biases whole otherwise)
+    full = 0 if block_size < 1024 else 256
+    model = _build(name, attn_block_size=block_size, full_bias_mib=full, kernel=kernel)
     seq_len = 16
     idx = _tokens(2, seq_len)
     gen = torch.Generator().manual_seed(2)
@@ -108,18 +118,24 @@ def test_causality(name, block_size, monkeypatch):
 
 
 @pytest.mark.parametrize("name", BIAS_SCHEMES)
-def test_blockwise_model_equals_single_block(name, monkeypatch):
-    blocked = _build(name, attn_block_size=4)
+def test_blockwise_model_equals_single_block(name):
+    blocked = _build(name, attn_block_size=4, full_bias_mib=0)
+    explicit = _build(name, attn_block_size=3, kernel="blockwise")
     single = _build(name, attn_block_size=1024, seed=123)
     single.load_state_dict(blocked.state_dict())
+    explicit.load_state_dict(blocked.state_dict())
     idx = _tokens(2, 19)
     with torch.no_grad():
-        for positions in (None, torch.arange(19) + 40):
+        for positions in (
+            None,
+            torch.arange(19) + 40,
+            torch.stack([torch.arange(19) * 2, torch.arange(19) + 7]),
+        ):
             out_single = single(idx, positions)  # one bias for the whole sequence, all layers
-            monkeypatch.setattr(poslab.attention, "FULL_BIAS_BYTES", 0)
             out_blocked = blocked(idx, positions)  # built per block of 4 queries, per layer
-            monkeypatch.setattr(poslab.attention, "FULL_BIAS_BYTES", 2**25)
             torch.testing.assert_close(out_blocked, out_single, atol=1e-5, rtol=0)
+            # the explicit fp32 kernel (attention=blockwise) computes the same attention
+            torch.testing.assert_close(explicit(idx, positions), out_single, atol=1e-4, rtol=0)
     # a different model really gives different logits (the comparison is not vacuous)
     with torch.no_grad():
         other = _build(name, attn_block_size=1024, seed=7)
@@ -165,7 +181,7 @@ def test_causal_attention_with_bias_matches_naive_reference(bias_kind, block_siz
     else:
         positions = torch.arange(seq_len) * 3
         scheme = T5Bias(24, n_head, num_buckets=8, max_distance=20)
-        nn.init.normal_(scheme.bias.weight)
+        nn.init.normal_(scheme.bias)
         bias_fn = scheme.attention_bias
     with torch.no_grad():
         out = causal_attention(q, k, v, positions, bias_fn=bias_fn, block_size=block_size)
@@ -187,13 +203,13 @@ def test_causal_attention_without_bias_matches_naive_reference():
 def test_t5_bias_fn_reference_is_independent_of_scheme_internals():
     # sanity check for the t5 reference above: its bias is table[bucket(q - k)] per head
     scheme = T5Bias(24, 3, num_buckets=8, max_distance=20)
-    nn.init.normal_(scheme.bias.weight)
+    nn.init.normal_(scheme.bias)
     positions = torch.arange(6) * 3
     bias = scheme.attention_bias(positions, positions)
     for i in range(6):
         for j in range(6):
             bucket = int(t5_bucket(positions[i] - positions[j], 8, 20))
-            assert torch.equal(bias[:, i, j], scheme.bias.weight[bucket].detach())
+            assert torch.equal(bias[:, i, j], scheme.bias[0][bucket].detach())
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,9 +371,9 @@ def test_position_work_is_done_once_per_forward(name, monkeypatch):
     for hook in calls:
         original = getattr(model.pos, hook)
 
-        def spy(*args, _original=original, _hook=hook):
+        def spy(*args, _original=original, _hook=hook, **kwargs):
             calls[_hook] += 1
-            return _original(*args)
+            return _original(*args, **kwargs)
 
         monkeypatch.setattr(model.pos, hook, spy)
     with torch.no_grad():
@@ -374,8 +390,9 @@ def test_flex_kernel_equals_sdpa(name):
     On a CPU FlexAttention runs eagerly and forward-only: the evaluation path."""
     sdpa = _build(name)
     flex = GPT(
-        GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEAD, d_model=D_MODEL, attention="flex"),
+        GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEAD, d_model=D_MODEL),
         SCHEMES[name](),
+        Flex(),
     ).eval()
     flex.load_state_dict(sdpa.state_dict())
     idx = _tokens(2, 24)
@@ -387,13 +404,8 @@ def test_flex_kernel_equals_sdpa(name):
 
 
 def test_flex_kernel_rejects_attention_dropout():
-    with pytest.raises(ConfigError, match="model.attention=flex has no attention dropout"):
-        GPTConfig(vocab_size=VOCAB, attention="flex", dropout=0.1)
-
-
-def test_unknown_attention_kernel_is_a_config_error():
-    with pytest.raises(ConfigError, match="model.attention='flash3'"):
-        GPTConfig(vocab_size=VOCAB, attention="flash3")
+    with pytest.raises(ConfigError, match="attention=flex has no attention dropout"):
+        GPT(GPTConfig(vocab_size=VOCAB, dropout=0.1), NoPositions(256, 4), Flex())
 
 
 def test_training_loss_equals_cross_entropy_of_the_logits():

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 import poslab.attention
 import poslab.evaluation.run
+from poslab.attention import SDPA
 from poslab.data import TokenizedSplit
 from poslab.errors import ConfigError
 from poslab.evaluation.compare import compare, shape_checks
@@ -33,10 +34,11 @@ from poslab.positions import (
 VOCAB = 37
 
 
-def tiny_model(scheme_cls, block: int = 1024, **kw) -> GPT:
+def tiny_model(scheme_cls, block: int = 1024, full_bias_mib: int = 256, **kw) -> GPT:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=4, d_model=32, attn_block_size=block),
-                scheme_cls(32, 4, **kw))  # fmt: skip
+    kernel = SDPA(block_size=block, full_bias_mib=full_bias_mib)
+    config = GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=4, d_model=32)
+    model = GPT(config, scheme_cls(32, 4, **kw), kernel)
     with torch.no_grad():  # larger weights, so positions visibly matter
         for p in model.parameters():
             p.normal_(0, 0.3)
@@ -149,15 +151,14 @@ def test_absolute_schemes_are_not_offset_invariant():
 
 
 def test_long_length_memory_stays_linear(monkeypatch):
-    """A bias-scheme window whose whole bias exceeds FULL_BIAS_BYTES (lowered here so that 4096
-    tokens suffice): the bias of one query block is block×T, never T×T."""
-    monkeypatch.setattr(poslab.attention, "FULL_BIAS_BYTES", 16 * 2**20)
-    model, data = tiny_model(ALiBi, block=256), toy_split(4100)
+    """A bias-scheme window whose whole bias exceeds attention.full_bias_mib (lowered here so
+    that 4096 tokens suffice): the bias of one query block is block×T, never T×T."""
+    model, data = tiny_model(ALiBi, block=256, full_bias_mib=16), toy_split(4100)
     calls = []
     original = model.pos.attention_bias
 
-    def spy(q_pos, k_pos):
-        out = original(q_pos, k_pos)
+    def spy(q_pos, k_pos, layer=0):
+        out = original(q_pos, k_pos, layer)
         calls.append(out.shape)
         return out
 

@@ -202,8 +202,8 @@ def test_scheme_parameters_get_their_own_lr_and_no_decay(corpus, tmp_path):
     ("override", "message"),
     [
         ("trainer.precision=bf17", "trainer.precision=bf17 is not one of auto"),
-        ("model.attention=flex", "model.attention=flex trains on CUDA GPUs only"),
-        ("model.attention=flash", "model.attention='flash'"),
+        ("attention=flex", "attention=flex trains on CUDA GPUs only"),
+        ("attention.block_size=0", "attention.block_size=0"),
         ("eval.max_tokens=-5", "eval.max_tokens=-5"),
         ("eval.modes=[foo]", "eval.modes=[foo] has 'foo', which is not one of nonoverlapping"),
         ("eval.lengths=[0]", "eval.lengths=[0]"),

@@ -1,32 +1,37 @@
-"""Causal attention kernels (`model.attention`).
+"""Causal attention kernels: the config group `attention=` (conf/attention/).
 
-* ``sdpa`` (default), no score bias (nope, learned, sinusoidal, rope): one
-  `scaled_dot_product_attention` call with `is_causal=True`, which dispatches to flash /
-  memory-efficient kernels on CUDA and to the fused flash kernel on CPU, so memory grows linearly
-  with the length.
-* ``sdpa`` with a score bias (alibi, t5, ...): the bias is built once per forward (`CausalBias`)
-  and shared by every layer when the whole (H, T, T) matrix is small (training lengths);
-  otherwise queries are processed in blocks of `block_size`, each block seeing only the keys up
-  to its last query and getting its bias built for that block alone. Memory is then
-  O(block_size · T) per head instead of O(T²), so 16× the training length fits on a CPU; a block
-  as long as the sequence is exactly the full-matrix path.
-* ``flex``: FlexAttention (torch ≥ 2.5) with the scheme's `score_bias` as `score_mod` and a causal
-  block mask: the bias is computed inside the fused kernel and never stored. Compiled on CUDA
-  (its purpose); on a CPU it runs eagerly, for tests.
+A kernel says which needs of a positional scheme it serves (positions/base.py: "nothing",
+"bias", "scores"); `check` turns an impossible pairing into a ConfigError when the model is built.
+
+* ``sdpa`` (default; serves nothing, bias). No bias (nope, learned, sinusoidal, rope): one
+  `scaled_dot_product_attention` call with `is_causal=True` (flash / memory-efficient kernels on
+  CUDA, the fused flash kernel on CPU: memory linear in the length). With a bias (alibi, t5,
+  kerple, ...): the bias is built once per forward (`CausalBias`) and shared by every layer when
+  the whole (H, T, T) matrix is below `full_bias_mib` (training lengths); otherwise queries go in
+  blocks of `block_size`, each seeing only the keys up to its last query with its bias built for
+  that block alone: memory O(block_size · T) per head, so 16× the training length fits on a CPU.
+* ``blockwise`` (serves all three): the scores computed explicitly in fp32, in query blocks of
+  `block_size`, bias added, scores changed by the scheme (CoPE), softmax: the reference kernel,
+  and the only one for schemes that need the scores.
+* ``flex`` (serves nothing, bias): FlexAttention (torch ≥ 2.5) with the scheme's `score_bias` as
+  `score_mod` and a causal block mask: the bias is computed inside the fused kernel and never
+  stored. Compiled on CUDA (its purpose); on a CPU it runs eagerly, forward only (tests, eval).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from poslab.errors import ConfigError
+from poslab.precision import compute_dtype
 
-KERNELS = ("sdpa", "flex")
+KERNELS = ("sdpa", "blockwise", "flex")
 BiasFn = Callable[[Tensor, Tensor], Tensor]  # (q_positions, k_positions) -> (H, Tq, Tk) fp32
 ScoreBias = Callable[[Tensor, Tensor, Tensor], Tensor]  # (head, q_pos, k_pos) -> bias
 # build the whole causal bias once per forward, shared by all layers, below this size
@@ -53,7 +58,7 @@ class CausalBias:
         self.bias_fn = bias_fn
         self.positions = positions
         self.dtype = dtype
-        seq_len = positions.shape[0]
+        seq_len = positions.shape[-1]
         self.index = torch.arange(seq_len, device=positions.device)
         limit = FULL_BIAS_BYTES if full_bias_bytes is None else full_bias_bytes
         full = n_head * seq_len * seq_len * torch.finfo(dtype).bits // 8 <= limit
@@ -63,8 +68,9 @@ class CausalBias:
     def _build(self, start: int, end: int) -> Tensor:
         # causality is by index (the order of tokens), bias is by position (what the scheme sees)
         future = self.index[None, :end] > self.index[start:end, None]
-        bias = self.bias_fn(self.positions[start:end], self.positions[:end])
-        return bias.masked_fill(future, float("-inf")).to(self.dtype).unsqueeze(0)
+        bias = self.bias_fn(self.positions[..., start:end], self.positions[..., :end])
+        bias = bias.masked_fill(future, float("-inf")).to(self.dtype)
+        return bias if bias.dim() == 4 else bias.unsqueeze(0)  # (B or 1, H, Tq, Tk)
 
     def block(self, start: int, end: int) -> Tensor:
         """(1, H, end − start, end): the bias of queries start..end−1 over keys 0..end−1."""
@@ -83,8 +89,8 @@ def causal_attention(
     block_size: int = 1024,
     bias: CausalBias | None = None,
 ) -> Tensor:
-    """q, k, v: (B, H, T, D); positions: (T,). Returns (B, H, T, D). The bias comes prepared
-    (`bias`, as the model passes it) or as a function of positions (`bias_fn`)."""
+    """q, k, v: (B, H, T, D); positions: (T,) or (B, T). Returns (B, H, T, D). The bias comes
+    prepared (`bias`, as the model passes it) or as a function of positions (`bias_fn`)."""
     if bias is None and bias_fn is not None:
         bias = CausalBias(bias_fn, positions, q.shape[1], q.dtype, block_size, full_bias_bytes=0)
     if bias is None:
@@ -137,10 +143,10 @@ class FlexMask:
 
     def __init__(self, score_bias: ScoreBias | None, positions_fp32: Tensor) -> None:
         if not flex_available():
-            raise ConfigError("model.attention=flex needs torch >= 2.5; use model.attention=sdpa")
+            raise ConfigError("attention=flex needs torch >= 2.5; use attention=sdpa")
         from torch.nn.attention.flex_attention import create_block_mask
 
-        seq_len = positions_fp32.shape[0]
+        seq_len = positions_fp32.shape[-1]
         device = positions_fp32.device
 
         def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -149,10 +155,12 @@ class FlexMask:
         self.block_mask = create_block_mask(causal, None, None, seq_len, seq_len, device=device)
         self.score_mod = None
         if score_bias is not None:
-            pos = positions_fp32
+            pos = positions_fp32 if positions_fp32.dim() == 2 else positions_fp32[None]
+            batched = positions_fp32.dim() == 2
 
             def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor):
-                return score + score_bias(h, pos[q_idx], pos[kv_idx]).to(score.dtype)
+                row = pos[b] if batched else pos[0]
+                return score + score_bias(h, row[q_idx], row[kv_idx]).to(score.dtype)
 
             self.score_mod = score_mod
 
@@ -164,3 +172,132 @@ def flex_causal_attention(q: Tensor, k: Tensor, v: Tensor, mask: FlexMask) -> Te
 
 # what the model hands every layer's attention for one forward (None: plain causal)
 AttentionBias = CausalBias | FlexMask | None
+
+
+class AttentionKernel:
+    """One attention kernel: what it serves, and the attention of one layer."""
+
+    name: str = ""
+    serves: tuple[str, ...] = ("nothing",)
+    trains_on_cpu: bool = True
+    has_dropout: bool = True
+
+    def __init__(self, block_size: int = 1024) -> None:
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ConfigError(f"attention.block_size={block_size} must be an integer ≥ 1")
+        self.block_size = block_size
+
+    def check(self, pos: Any, dropout: float) -> None:
+        """An impossible pairing is a one-line error when the model is built."""
+        if pos.needs not in self.serves:
+            able = [k.name for k in (SDPA, Blockwise, Flex) if pos.needs in k.serves]
+            raise ConfigError(
+                f"attention={self.name} cannot serve pos={type(pos).__name__}, which needs "
+                f"the {pos.needs} (it serves: {', '.join(self.serves)}); use "
+                f"attention={' or attention='.join(able)}"
+            )
+        if dropout > 0 and not self.has_dropout:
+            raise ConfigError(
+                f"attention={self.name} has no attention dropout; set model.dropout=0 or use "
+                "attention=sdpa"
+            )
+
+    def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
+        """Per-forward state shared by the layers (a bias, a mask); None by default."""
+        return None
+
+    def __call__(
+        self, q: Tensor, k: Tensor, v: Tensor, pos: Any, prepared: Any, state: Any, layer: int,
+        dropout_p: float,
+    ) -> Tensor:  # fmt: skip
+        raise NotImplementedError
+
+
+def _bias_fn(pos: Any, layer: int) -> BiasFn:
+    return functools.partial(pos.attention_bias, layer=pos.layer_index(layer))
+
+
+class SDPA(AttentionKernel):
+    name = "sdpa"
+    serves = ("nothing", "bias")
+
+    def __init__(self, block_size: int = 1024, full_bias_mib: int = 256) -> None:
+        super().__init__(block_size)
+        self.full_bias_bytes = int(full_bias_mib) * 2**20
+
+    def _bias(self, pos: Any, prepared: Any, dtype: torch.dtype, layer: int) -> CausalBias:
+        return CausalBias(
+            _bias_fn(pos, layer), prepared.fp32, pos.n_head,
+            compute_dtype(dtype, prepared.fp32.device.type), self.block_size,
+            self.full_bias_bytes,
+        )  # fmt: skip
+
+    def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
+        if pos.needs == "bias" and not pos.per_layer:  # one bias for every layer
+            return self._bias(pos, prepared, dtype, 0)
+        return None
+
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
+        bias = state
+        if pos.needs == "bias" and bias is None:  # per-layer parameters: this layer's bias
+            bias = self._bias(pos, prepared, q.dtype, layer)
+        return causal_attention(q, k, v, prepared.fp32, dropout_p=dropout_p, bias=bias)
+
+
+class Blockwise(AttentionKernel):
+    name = "blockwise"
+    serves = ("nothing", "bias", "scores")
+
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
+        seq_len, scale = q.shape[-2], q.shape[-1] ** -0.5
+        index = torch.arange(seq_len, device=q.device)
+        positions = prepared.fp32
+        outputs = []
+        for start in range(0, seq_len, self.block_size):
+            end = min(start + self.block_size, seq_len)
+            q_block = q[:, :, start:end]
+            with torch.autocast(device_type=q.device.type, enabled=False):
+                scores = (q_block.float() @ k[:, :, :end].float().transpose(-1, -2)) * scale
+                future = index[None, :end] > index[start:end, None]
+                if pos.needs == "bias":
+                    # (H, Tq, Tk), or (B, H, Tq, Tk) for per-sequence positions: broadcasts
+                    scores = scores + _bias_fn(pos, layer)(
+                        positions[..., start:end], positions[..., :end]
+                    )
+                elif pos.needs == "scores":
+                    scores = pos.modify_scores(scores, q_block.float(), future, layer)
+                weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            weights = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+            outputs.append(weights.to(v.dtype) @ v[:, :, :end])
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+
+
+class Flex(AttentionKernel):
+    name = "flex"
+    serves = ("nothing", "bias")
+    trains_on_cpu = False  # FlexAttention has no backward pass on CPUs
+    has_dropout = False
+
+    def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
+        if pos.per_layer:
+            return None
+        return FlexMask(_score_bias_fn(pos, 0), prepared.fp32)
+
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
+        mask = state or FlexMask(_score_bias_fn(pos, layer), prepared.fp32)
+        return flex_causal_attention(q, k, v, mask)
+
+
+def _score_bias_fn(pos: Any, layer: int) -> ScoreBias | None:
+    if pos.needs != "bias":
+        return None
+    return functools.partial(pos.score_bias, layer=pos.layer_index(layer))
+
+
+def kernel_from_legacy(model_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The attention config of a checkpoint written before `attention=` was a config group
+    (model.attention, model.attn_block_size)."""
+    name = model_cfg.get("attention", "sdpa")
+    target = {"sdpa": SDPA, "blockwise": Blockwise, "flex": Flex}[name]
+    return {"_target_": f"{__name__}.{target.__name__}",
+            "block_size": model_cfg.get("attn_block_size", 1024)}  # fmt: skip

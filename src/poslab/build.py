@@ -10,6 +10,7 @@ import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
+from poslab.attention import kernel_from_legacy
 from poslab.errors import ConfigError
 from poslab.model import GPT, GPTConfig
 
@@ -38,33 +39,64 @@ def instantiate_checked(config: Any, **kwargs: Any) -> Any:
         raise ConfigError(f"cannot build {target}: {cause}") from None
 
 
+# model options of checkpoints written before `attention=` was a config group
+LEGACY_MODEL_KEYS = ("attention", "attn_block_size")
+
+
+def attention_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The run's `attention` config (or the one an older checkpoint's model options imply)."""
+    return config.get("attention") or kernel_from_legacy(config["model"])
+
+
 def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
-    """GPT with the positional scheme of `config["pos"]` (instantiated from its `_target_`)."""
-    model_cfg = {k: v for k, v in config["model"].items() if not k.startswith("_")}
-    gpt_config = GPTConfig(vocab_size=vocab_size, **model_cfg)
-    pos = instantiate_checked(config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head)
-    return GPT(gpt_config, pos)
+    """GPT with the positional scheme of `config["pos"]` and the attention kernel of
+    `config["attention"]` (each instantiated from its `_target_`)."""
+    model_cfg = {
+        k: v
+        for k, v in config["model"].items()
+        if not k.startswith("_") and k not in LEGACY_MODEL_KEYS
+    }
+    try:
+        gpt_config = GPTConfig(vocab_size=vocab_size, **model_cfg)
+    except TypeError as err:
+        raise ConfigError(f"model: {err}") from None
+    pos = build_scheme(config["pos"], gpt_config)
+    return GPT(gpt_config, pos, instantiate_checked(attention_config(config)))
+
+
+def build_scheme(pos_cfg: dict[str, Any], gpt_config: GPTConfig) -> Any:
+    return instantiate_checked(
+        pos_cfg, d_model=gpt_config.d_model, n_head=gpt_config.n_head, n_layer=gpt_config.n_layer
+    )
 
 
 def scheme_with_overrides(
-    pos_cfg: dict[str, Any], overrides: dict[str, Any], d_model: int, n_head: int
+    pos_cfg: dict[str, Any],
+    overrides: dict[str, Any],
+    gpt_config: GPTConfig,
+    seq_len: int,
+    trained_state: dict[str, Any] | None = None,
 ) -> Any:
-    """The scheme rebuilt with eval-time `overrides`, checked to be options the scheme has and
-    to keep its parameters' shapes (so a checkpoint's weights still load)."""
+    """The scheme rebuilt with eval-time `overrides`, checked to be options the scheme has, to
+    keep its parameters' shapes (so a checkpoint's weights still load), and to change what the
+    scheme computes for the trained weights (`trained_state`, the scheme's part of a checkpoint;
+    else the fresh scheme's): an override that would silently do nothing is an error."""
     import inspect
 
     from hydra.utils import get_class
 
     target = get_class(pos_cfg["_target_"])
-    options = [n for n in inspect.signature(target).parameters if n not in ("d_model", "n_head")]
+    fixed = ("d_model", "n_head", "n_layer", "common")
+    options = [n for n in inspect.signature(target).parameters if n not in fixed]
+    options.append("randomize_max")
     for key in overrides:
         if key not in options:
             raise ConfigError(
                 f"eval.pos_overrides.{key}: {target.__name__} has no option {key!r} "
-                f"(it has: {', '.join(options) or 'none'})"
+                f"(it has: {', '.join(options)})"
             )
-    trained = instantiate_checked(pos_cfg, d_model=d_model, n_head=n_head)
-    changed = instantiate_checked({**pos_cfg, **overrides}, d_model=d_model, n_head=n_head)
+    trained = build_scheme(pos_cfg, gpt_config)
+    changed = build_scheme({**pos_cfg, **overrides}, gpt_config)
     before = {k: tuple(v.shape) for k, v in trained.state_dict().items()}
     after = {k: tuple(v.shape) for k, v in changed.state_dict().items()}
     if before != after:
@@ -74,7 +106,42 @@ def scheme_with_overrides(
             f"{before.get(diff)} trained, {after.get(diff)} with the overrides); override only "
             "options that keep the scheme's parameters"
         )
+    weights = trained_state if trained_state is not None else trained.state_dict()
+    trained.load_state_dict(weights)
+    changed.load_state_dict(weights)
+    if _probe(trained, seq_len) == _probe(changed, seq_len):
+        raise ConfigError(
+            f"eval.pos_overrides={overrides} changes nothing this {target.__name__} computes "
+            "with its trained weights (e.g. a base that a learnable θ replaces); drop it"
+        )
     return changed
+
+
+def _probe(scheme: Any, seq_len: int) -> list[Any]:
+    """What a scheme computes on fixed inputs at 1-4x the training length (an exception's
+    type stands for the result where the scheme refuses a length)."""
+    scheme.eval()
+    generator = torch.Generator().manual_seed(0)
+    results: list[Any] = []
+    for length in (seq_len, 4 * seq_len):
+        positions = torch.arange(length)
+        d, h = scheme.d_model, scheme.n_head
+        x = torch.randn(1, length, d, generator=generator)
+        q, k = torch.randn(2, 1, h, length, d // h, generator=generator)
+        try:
+            with torch.no_grad():
+                prepared = scheme.prepare(positions)
+                outputs = [scheme.embed(x, prepared), *scheme.rotate(q, k, prepared)]
+                if scheme.needs == "bias":
+                    outputs.append(scheme.attention_bias(positions, positions))
+                if scheme.needs == "scores":
+                    future = positions[None, :] > positions[:, None]
+                    scores = q @ k.transpose(-1, -2)
+                    outputs.append(scheme.modify_scores(scores, q, future))
+            results.append([o.numpy().tobytes() for o in outputs])
+        except ConfigError as err:
+            results.append(type(err).__name__)
+    return results
 
 
 def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
@@ -104,14 +171,17 @@ def load_checkpoint(
     ckpt = read_checkpoint(path, map_location)
     hparams = ckpt["hyper_parameters"]
     config, vocab_size = hparams["config"], hparams["vocab_size"]
+    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
     if pos_overrides:
-        model_cfg = config["model"]
+        trained = build_model(config, vocab_size)
+        state = trained.pos.upgrade_state(state)
+        pos_state = {k.removeprefix("pos."): v for k, v in state.items() if k.startswith("pos.")}
         scheme_with_overrides(
-            config["pos"], pos_overrides, model_cfg["d_model"], model_cfg["n_head"]
+            config["pos"], pos_overrides, trained.config, config["data"]["seq_len"], pos_state
         )
         config = {**config, "pos": {**config["pos"], **pos_overrides}}
     model = build_model(config, vocab_size)
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
+    state = model.pos.upgrade_state(state)
     try:
         model.load_state_dict(state)
     except RuntimeError as err:  # a size mismatch or a missing weight, listed one per line

@@ -1,7 +1,9 @@
 """A GPT-style decoder (pre-LayerNorm blocks, causal self-attention, GELU MLP, tied embeddings).
 
 The positional scheme is one module shared by all layers; the model calls its hooks (`prepare`
-once per forward, then `embed`, `rotate`, `attention_bias`) and never asks which scheme it is.
+once per forward, then `embed`, and `rotate` with the layer index) and hands it to the attention
+kernel (attention.py), which calls the score hooks the scheme needs. Neither asks which scheme
+it is.
 The training loss fuses the output projection with the cross-entropy, in chunks of tokens
 (losses.py), so the (tokens × vocab) logits never exist at once.
 """
@@ -10,23 +12,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.attention import (
-    KERNELS,
-    AttentionBias,
-    CausalBias,
-    FlexMask,
-    causal_attention,
-    flex_causal_attention,
-)
+from poslab.attention import SDPA, AttentionKernel
 from poslab.errors import ConfigError
 from poslab.losses import linear_cross_entropy
 from poslab.positions.base import PositionalScheme, Prepared
-from poslab.precision import compute_dtype
 
 
 @dataclass
@@ -38,8 +32,6 @@ class GPTConfig:
     d_ff: int | None = None  # None = 4 * d_model
     dropout: float = 0.0
     bias: bool = True  # biases in Linear and LayerNorm layers
-    attn_block_size: int = 1024  # query block of the bias-aware attention path
-    attention: str = "sdpa"  # the attention kernel: sdpa | flex (attention.py)
     # multiply token embeddings by sqrt(d_model) (Vaswani et al.; fairseq, the ALiBi paper's
     # code): added position vectors of unit amplitude then meet token vectors of similar size
     scale_embeddings: bool = False
@@ -51,13 +43,6 @@ class GPTConfig:
             )
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
-        if self.attention not in KERNELS:
-            raise ConfigError(f"model.attention={self.attention!r}; choose one of {KERNELS}")
-        if self.attention == "flex" and self.dropout > 0:
-            raise ConfigError(
-                "model.attention=flex has no attention dropout; set model.dropout=0 or use "
-                "model.attention=sdpa"
-            )
 
 
 class CausalSelfAttention(nn.Module):
@@ -74,17 +59,16 @@ class CausalSelfAttention(nn.Module):
         x: Tensor,
         prepared: Prepared,
         pos: PositionalScheme,
-        bias: AttentionBias,
+        kernel: AttentionKernel,
+        state: Any,
+        layer: int,
     ) -> Tensor:
         batch, seq_len, d_model = x.shape
         q, k, v = self.qkv(x).split(d_model, dim=2)
         q, k, v = (t.view(batch, seq_len, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
-        q, k = pos.rotate(q, k, prepared)
-        if isinstance(bias, FlexMask):
-            y = flex_causal_attention(q, k, v, bias)
-        else:
-            dropout = self.dropout if self.training else 0.0
-            y = causal_attention(q, k, v, prepared.fp32, dropout_p=dropout, bias=bias)
+        q, k = pos.rotate(q, k, prepared, layer)
+        dropout = self.dropout if self.training else 0.0
+        y = kernel(q, k, v, pos, prepared, state, layer, dropout)
         y = y.transpose(1, 2).contiguous().view(batch, seq_len, d_model)
         return self.resid_dropout(self.proj(y))
 
@@ -113,17 +97,23 @@ class Block(nn.Module):
         x: Tensor,
         prepared: Prepared,
         pos: PositionalScheme,
-        bias: AttentionBias,
+        kernel: AttentionKernel,
+        state: Any,
+        layer: int,
     ) -> Tensor:
-        x = x + self.attn(self.ln_1(x), prepared, pos, bias)
+        x = x + self.attn(self.ln_1(x), prepared, pos, kernel, state, layer)
         return x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
-    def __init__(self, config: GPTConfig, pos: PositionalScheme) -> None:
+    def __init__(
+        self, config: GPTConfig, pos: PositionalScheme, attention: AttentionKernel | None = None
+    ) -> None:
         super().__init__()
         self.config = config
         self.pos = pos
+        self.attention = attention or SDPA()
+        self.attention.check(pos, config.dropout)  # an impossible pairing fails here
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
@@ -147,43 +137,32 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def default_positions(self, seq_len: int, device: torch.device, offset: int = 0) -> Tensor:
-        return torch.arange(offset, offset + seq_len, device=device)
+    def check_positions(self, idx: Tensor, positions: Tensor) -> None:
+        batch, seq_len = idx.shape
+        axes = (self.pos.position_axes,) if self.pos.position_axes else ()
+        shared, per_sequence = (seq_len, *axes), (batch, seq_len, *axes)
+        if tuple(positions.shape) not in (shared, per_sequence):
+            raise ConfigError(
+                f"positions must have shape {shared} (shared by the batch) or {per_sequence} "
+                f"(per sequence), got {tuple(positions.shape)}"
+            )
 
     def hidden_states(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Token ids (B, T) and positions (T,) -> final normalised hidden states (B, T, d)."""
+        """Token ids (B, T) and positions ((T,) or (B, T)) -> final normalised states (B, T, d).
+        Without positions the scheme gives them: 0..T−1 (randomized in training, if set)."""
         if positions is None:
-            positions = self.default_positions(idx.shape[1], idx.device)
-        if positions.dim() != 1 or positions.shape[0] != idx.shape[1]:
-            raise ConfigError(
-                f"positions must be a 1-D tensor with one entry per token ({idx.shape[1]}), "
-                f"got shape {tuple(positions.shape)}"
-            )
+            positions = self.pos.positions(idx.shape[0], idx.shape[1], idx.device)
+        self.check_positions(idx, positions)
         tokens = self.tok_emb(idx)
         if self.config.scale_embeddings:
             tokens = tokens * math.sqrt(self.config.d_model)
         # position-only work once per forward, for every layer: angles, cos/sin, the bias
         prepared = self.pos.prepare(positions)
-        bias = self.attention_bias(prepared, tokens.dtype)
+        state = self.attention.begin(self.pos, prepared, tokens.dtype)
         x = self.drop(self.pos.embed(tokens, prepared))
-        for block in self.blocks:
-            x = block(x, prepared, self.pos, bias)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, prepared, self.pos, self.attention, state, layer)
         return self.ln_f(x)
-
-    def attention_bias(self, prepared: Prepared, dtype: torch.dtype) -> AttentionBias:
-        """What the attention kernel needs for this forward's positions (None: plain causal)."""
-        has_bias = self.pos.has_attention_bias
-        if self.config.attention == "flex":
-            return FlexMask(self.pos.score_bias if has_bias else None, prepared.fp32)
-        if not has_bias:
-            return None
-        return CausalBias(
-            self.pos.attention_bias,
-            prepared.fp32,
-            self.config.n_head,
-            compute_dtype(dtype, prepared.fp32.device.type),
-            self.config.attn_block_size,
-        )
 
     def forward(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
         """Logits (B, T, vocab)."""

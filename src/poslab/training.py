@@ -22,7 +22,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.build import instantiate_checked, read_checkpoint
+from poslab.build import attention_config, instantiate_checked, read_checkpoint
 from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, RankFingerprints
 from poslab.cli import log_to_file, run_dir, write_status
 from poslab.errors import ConfigError, TrainingDiverged
@@ -263,10 +263,11 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         "trainer.precision=%s -> %s on %s", cfg.trainer.get("precision"), precision, device_type
     )
     config["trainer"]["precision"] = precision
-    if config["model"].get("attention") == "flex" and device_type != "cuda":
+    kernel = instantiate_checked(attention_config(config))
+    if not kernel.trains_on_cpu and device_type != "cuda":
         raise ConfigError(
-            "model.attention=flex trains on CUDA GPUs only (FlexAttention has no backward pass "
-            "on CPUs); train with model.attention=sdpa (evaluating with flex works on CPUs)"
+            f"attention={kernel.name} trains on CUDA GPUs only (FlexAttention has no backward "
+            "pass on CPUs); train with attention=sdpa (evaluating with it works on CPUs)"
         )
 
     datamodule = instantiate_checked(cfg.data, seed=cfg.seed)

@@ -160,7 +160,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "model.d_model": integer(1),
     "model.d_ff": integer(1, null=True),
     "model.dropout": number(ge=0, lt=1),
-    "model.attn_block_size": integer(1),
+    "attention.block_size": integer(1),
     "trainer.max_steps": integer(1),
     "trainer.val_check_interval": integer(1),
     "trainer.limit_val_batches": val_batches,
@@ -265,29 +265,36 @@ def check_run_config(cfg: DictConfig) -> None:
     evaluation length the after-training evaluation must cover."""
     check_schema(cfg, TRAIN_SCHEMA)
     check_schema(cfg, EVAL_SCHEMA)
-    from poslab.build import instantiate_checked, scheme_with_overrides  # torch, not before
+    from poslab.build import (  # torch, not before
+        LEGACY_MODEL_KEYS,
+        attention_config,
+        build_scheme,
+        instantiate_checked,
+        scheme_with_overrides,
+    )
     from poslab.model import GPTConfig
 
     path = cfg.data.get("path")
     if path is not None and not Path(str(path)).expanduser().exists():
         raise ConfigError(f"data.path={path} does not exist; point it at a folder of split files")
     config = OmegaConf.to_container(cfg, resolve=True)
-    model_cfg = {k: v for k, v in config["model"].items() if not k.startswith("_")}
+    model_cfg = {
+        k: v
+        for k, v in config["model"].items()
+        if not k.startswith("_") and k not in LEGACY_MODEL_KEYS
+    }
     try:
         gpt_config = GPTConfig(vocab_size=2, **model_cfg)
     except TypeError as err:
         raise ConfigError(f"model: {err}") from None
-    scheme = instantiate_checked(
-        config["pos"], d_model=gpt_config.d_model, n_head=gpt_config.n_head
-    )
-    scheme.check_length(cfg.data.seq_len - 1)
+    scheme = build_scheme(config["pos"], gpt_config)
+    instantiate_checked(attention_config(config)).check(scheme, gpt_config.dropout)
+    scheme.check_length(scheme.max_training_position(cfg.data.seq_len))
     if cfg.eval.after_train:
         check_eval_config(cfg.eval)  # a typo fails now, not after training
         overrides = config["eval"].get("pos_overrides") or {}
         if overrides:  # the scheme the evaluation will use
-            scheme = scheme_with_overrides(
-                config["pos"], overrides, gpt_config.d_model, gpt_config.n_head
-            )
+            scheme = scheme_with_overrides(config["pos"], overrides, gpt_config, cfg.data.seq_len)
         lengths = eval_lengths(cfg.eval, cfg.data.seq_len)
         if cfg.eval.unsupported == "error":
             for length in lengths:

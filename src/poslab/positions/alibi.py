@@ -6,6 +6,7 @@ score(q_m, k_n) += -slope_h · (m - n). Slopes follow the paper's rule for any h
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -31,17 +32,21 @@ def alibi_slopes(n_head: int) -> list[float]:
 
 
 class ALiBi(PositionalScheme):
-    has_attention_bias = True
+    needs = "bias"
 
-    def __init__(self, d_model: int, n_head: int, learnable_slopes: bool = False) -> None:
-        super().__init__(d_model, n_head)
+    def __init__(
+        self, d_model: int, n_head: int, learnable_slopes: bool = False, **common: Any
+    ) -> None:
+        super().__init__(d_model, n_head, **common)
         require("pos.learnable_slopes", learnable_slopes, boolean())
         slopes = torch.tensor(alibi_slopes(n_head), dtype=torch.float32)
         # The paper found trainable slopes extrapolate worse; kept as an ablation switch.
         if learnable_slopes:
             self.slopes = nn.Parameter(slopes)
         else:
-            self.register_buffer("slopes", slopes, persistent=True)
+            self.register_buffer("slopes", slopes, persistent=False)  # rebuilt from the rule
 
-    def score_bias(self, head: Tensor, q_position: Tensor, k_position: Tensor) -> Tensor:
+    def score_bias(
+        self, head: Tensor, q_position: Tensor, k_position: Tensor, layer: int = 0
+    ) -> Tensor:
         return -self.slopes.float()[head] * (q_position - k_position)

@@ -1,80 +1,160 @@
-"""The one interface every positional scheme implements.
+"""The one interface every positional scheme implements (second edition).
 
-A scheme can act in three places, and the model calls all three hooks for every scheme:
+A scheme can act in four places; the model calls every hook for every scheme, never its name:
 
 1. ``embed``: add a vector to the token embeddings (learned, sinusoidal);
 2. ``rotate``: transform queries and keys given their positions (rotary, xPos);
-3. ``attention_bias``: a bias added to the attention scores as a function of query and key
-   positions (ALiBi, T5, KERPLE, FIRE). Schemes that use it set ``has_attention_bias = True``
-   so the attention kernel knows, before any work, that it must take the bias-aware path.
+3. ``score_bias`` / ``attention_bias``: a bias added to the attention scores as a function of
+   query and key positions (ALiBi, T5, KERPLE, FIRE, Sandwich);
+4. ``modify_scores``: a change of the scores that needs the queries and the scores themselves
+   (CoPE).
 
-Positions are explicit 1-D integer tensors (one position per token), so an offset or a long
-evaluation needs no special code. Every hook computes positions, angles and distances in fp32
-whatever the autocast dtype: bf16 cannot represent every integer above 256.
+A scheme declares what it needs from the attention kernel in ``needs``: ``"nothing"`` (hooks 1–2
+only), ``"bias"`` (hook 3) or ``"scores"`` (hook 4). Each kernel (poslab.attention) says what it
+can serve, and an impossible pairing is a ConfigError when the model is built.
 
-Work that depends on the positions alone (fp32 positions, rotary cos/sin) is done once per forward
-by ``prepare``; the model hands its result to the hooks of every layer. The hooks also accept raw
-positions (they prepare them themselves), which is convenient in tests and notebooks.
+Every hook gets the layer index, so a scheme may keep parameters per layer (``per_layer``) or
+share them. Positions are explicit tensors, ``(T,)`` shared by the batch or ``(B, T)`` per
+sequence (randomized positions draw one set per sequence); a scheme over several axes sets
+``position_axes`` and takes ``(…, T, A)``. There is no maximum length anywhere: positions are
+computed on the fly, and in fp32 whatever the autocast dtype (bf16 cannot represent every
+integer above 256).
+
+Work that depends on the positions alone (fp32 positions, rotary cos/sin) is done once per
+forward by ``prepare``; the model hands its result to the hooks of every layer. The hooks also
+accept raw positions (they prepare them themselves), which is convenient in tests and notebooks.
+
+Derived state (a fixed θ, ALiBi's slopes, caches) lives in non-persistent buffers rebuilt from the
+config, so an eval-time option change (``eval.pos_overrides``) takes effect; only trainable
+parameters are saved in checkpoints.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+
+from poslab.errors import ConfigError
+from poslab.validate import integer, require
+
+NEEDS = ("nothing", "bias", "scores")
 
 
 @dataclass
 class Prepared:
     """What the hooks of one forward need, computed once, not once per layer."""
 
-    positions: Tensor  # (T,) as given
-    fp32: Tensor  # (T,) float32, computed outside autocast
+    positions: Tensor  # (T,) or (B, T) [+ (A,) for multi-axis schemes], as given
+    fp32: Tensor  # the same, float32, computed outside autocast
     extra: dict[str, Any] = field(default_factory=dict)  # the scheme's own (rotary cos/sin)
 
 
 class PositionalScheme(nn.Module):
-    """Base class: the identity for all three hooks (which is exactly the `nope` scheme)."""
+    """Base class: the identity for every hook (which is exactly the `nope` scheme).
 
-    has_attention_bias: bool = False
+    Options every scheme takes (besides its own): ``n_layer`` (for per-layer parameters) and
+    ``randomize_max`` (Ruoss et al. 2023: train on a sorted random subset of [0, N) instead of
+    0..L−1, a new draw per sequence; evaluation uses 0..T−1)."""
 
-    def __init__(self, d_model: int, n_head: int) -> None:
+    needs: ClassVar[str] = "nothing"  # what the attention kernel must provide (NEEDS)
+    reads_positions: ClassVar[bool] = True  # False: positions change nothing (nope)
+    position_axes: ClassVar[int] = 0  # 0: one position per token; A: (…, T, A)
+
+    def __init__(
+        self, d_model: int, n_head: int, n_layer: int = 1, randomize_max: int | None = None
+    ) -> None:
         super().__init__()
         self.d_model = d_model
         self.n_head = n_head
+        self.n_layer = n_layer
         self.head_dim = d_model // n_head
+        self.per_layer = False  # schemes with per-layer parameters set it from their option
+        require("pos.randomize_max", randomize_max, integer(1, null=True))
+        if randomize_max is not None and not self.reads_positions:
+            raise ConfigError(
+                f"pos.randomize_max={randomize_max}: {type(self).__name__} reads no positions; "
+                "set pos.randomize_max=null"
+            )
+        self.randomize_max = randomize_max
+
+    # -- positions -----------------------------------------------------------------------------
+
+    def positions(self, batch: int, seq_len: int, device: torch.device) -> Tensor:
+        """The positions of a forward without explicit ones: 0..T−1, shared by the batch; in
+        training with randomize_max=N, a sorted random subset of [0, N) per sequence (B, T)."""
+        if self.training and self.randomize_max is not None:
+            if self.randomize_max < seq_len:
+                raise ConfigError(
+                    f"pos.randomize_max={self.randomize_max} is below the sequence length "
+                    f"{seq_len}; choose N ≥ data.seq_len (the papers use N ≫ L)"
+                )
+            keys = torch.rand(batch, self.randomize_max, device=device)
+            return keys.argsort(dim=1)[:, :seq_len].sort(dim=1).values
+        return torch.arange(seq_len, device=device)
+
+    def max_training_position(self, seq_len: int) -> int:
+        """The largest position training shows the scheme."""
+        return (self.randomize_max or seq_len) - 1
 
     def prepare(self, positions: Tensor) -> Prepared:
-        """Positions (T,) -> what the hooks need; schemes extend it (rotary adds cos/sin)."""
+        """Positions -> what the hooks need; schemes extend it (rotary adds cos/sin)."""
         return Prepared(positions, fp32_positions(positions))
 
     def prepared(self, positions: Tensor | Prepared) -> Prepared:
         return positions if isinstance(positions, Prepared) else self.prepare(positions)
 
+    # -- the hooks -----------------------------------------------------------------------------
+
     def embed(self, x: Tensor, positions: Tensor | Prepared) -> Tensor:
         """Token embeddings (B, T, d_model) -> embeddings with position added."""
         return x
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor | Prepared) -> tuple[Tensor, Tensor]:
+    def rotate(
+        self, q: Tensor, k: Tensor, positions: Tensor | Prepared, layer: int = 0
+    ) -> tuple[Tensor, Tensor]:
         """Queries and keys (B, H, T, head_dim) -> transformed queries and keys."""
         return q, k
 
-    def attention_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        """Additive score bias (H, Tq, Tk) in fp32 for positions (Tq,) and (Tk,) (integer or
-        fp32), built from `score_bias`. Only called when has_attention_bias."""
+    def attention_bias(self, q_positions: Tensor, k_positions: Tensor, layer: int = 0) -> Tensor:
+        """Additive score bias in fp32 for positions (…, Tq) and (…, Tk): (H, Tq, Tk), or
+        (B, H, Tq, Tk) for per-sequence positions; built from `score_bias` unless a scheme has
+        a faster form. Only called when needs == "bias"."""
         with torch.autocast(device_type=q_positions.device.type, enabled=False):
             heads = torch.arange(self.n_head, device=q_positions.device)
-            q = fp32_positions(q_positions)
-            k = fp32_positions(k_positions)
-            return self.score_bias(heads[:, None, None], q[None, :, None], k[None, None, :])
+            q = fp32_positions(q_positions)[..., None, :, None]
+            k = fp32_positions(k_positions)[..., None, None, :]
+            return self.score_bias(heads[:, None, None], q, k, layer)
 
-    def score_bias(self, head: Tensor, q_position: Tensor, k_position: Tensor) -> Tensor:
-        """The bias of a scheme with has_attention_bias, elementwise for broadcastable integer
-        head and fp32 position tensors: one definition serves the blockwise kernel (through
-        `attention_bias`) and FlexAttention's `score_mod`, which calls it with scalars."""
+    def score_bias(
+        self, head: Tensor, q_position: Tensor, k_position: Tensor, layer: int = 0
+    ) -> Tensor:
+        """The bias of a scheme with needs == "bias", elementwise for broadcastable integer
+        head and fp32 position tensors: one definition serves the SDPA and blockwise kernels
+        (through `attention_bias`) and FlexAttention's `score_mod`, which calls it with scalars."""
         raise NotImplementedError(f"{type(self).__name__} adds no attention bias")
+
+    def modify_scores(self, scores: Tensor, q: Tensor, future: Tensor, layer: int = 0) -> Tensor:
+        """For needs == "scores": the fp32 scores (B, H, Tq, Tk) of queries q (B, H, Tq, D) over
+        keys 0..Tk−1 (a query block: `future` (Tq, Tk) marks the masked keys) -> new scores."""
+        raise NotImplementedError(f"{type(self).__name__} does not change the scores")
+
+    # -- checks and logs -----------------------------------------------------------------------
+
+    def upgrade_state(self, state: dict[str, Tensor], prefix: str = "pos.") -> dict[str, Tensor]:
+        """A checkpoint of an earlier version, made loadable: what is now derived state
+        (non-persistent buffers such as a fixed θ or ALiBi's slopes) is dropped, so the values
+        rebuilt from the config are used. Schemes whose parameters changed form extend it."""
+        derived = {prefix + n for n, _ in self.named_buffers()} - {
+            prefix + n for n in self.state_dict()
+        }
+        return {k: v for k, v in state.items() if k not in derived}
+
+    def layer_index(self, layer: int) -> int:
+        """Which parameter set a layer uses: its own with per_layer, else the shared one."""
+        return layer if self.per_layer else 0
 
     def check_length(self, max_position: int) -> None:
         """Raise ConfigError if this scheme cannot represent positions up to `max_position`."""

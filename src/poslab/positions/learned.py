@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -14,9 +16,14 @@ BEYOND_TABLE = ("error", "clamp")
 
 class LearnedPositions(PositionalScheme):
     def __init__(
-        self, d_model: int, n_head: int, max_positions: int, beyond_table: str = "error"
+        self,
+        d_model: int,
+        n_head: int,
+        max_positions: int,
+        beyond_table: str = "error",
+        **common: Any,
     ) -> None:
-        super().__init__(d_model, n_head)
+        super().__init__(d_model, n_head, **common)
         require("pos.max_positions", max_positions, integer(1))
         if beyond_table not in BEYOND_TABLE:
             raise ConfigError(f"pos.beyond_table={beyond_table!r}; choose one of {BEYOND_TABLE}")

@@ -7,3 +7,5 @@ from poslab.positions.base import PositionalScheme
 
 class NoPositions(PositionalScheme):
     """All hooks are the identity (inherited from the base class)."""
+
+    reads_positions = False

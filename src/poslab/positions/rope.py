@@ -18,6 +18,8 @@ e^{i·m·θ}): about 4× faster on a CPU than rotating the halves of each pair s
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -69,8 +71,9 @@ class Rotary(PositionalScheme):
         pairing: str = "interleaved",
         fraction: float = 1.0,
         learnable_theta: bool = False,
+        **common: Any,
     ) -> None:
-        super().__init__(d_model, n_head)
+        super().__init__(d_model, n_head, **common)
         require("pos.base", base, number(gt=1))  # θ_i = base^(-2i/R) must fall with i
         require("pos.learnable_theta", learnable_theta, boolean())
         require("pos.fraction", fraction, number(gt=0, le=1))
@@ -89,25 +92,31 @@ class Rotary(PositionalScheme):
         self.base = float(base)
         theta = rope_theta(rotary_dims, self.base)
         # The θ of the RoFormer ablation: trainable, shared by all layers and heads, started at
-        # base^(-2i/R). theta_init is kept to report how far training moved it.
-        self.register_buffer("theta_init", theta.clone(), persistent=True)
+        # base^(-2i/R). theta_init is kept to report how far training moved it. A fixed θ is
+        # derived state, rebuilt from pos.base (not saved), so an eval-time base takes effect.
+        self.register_buffer("theta_init", theta.clone(), persistent=False)
         if learnable_theta:
             self.theta = nn.Parameter(theta)
         else:
-            self.register_buffer("theta", theta, persistent=True)
+            self.register_buffer("theta", theta, persistent=False)
 
     def angles(self, positions: Tensor) -> Tensor:
-        """(T, R/2) fp32 angles m·θ_i."""
+        """(…, T, R/2) fp32 angles m·θ_i for positions (…, T)."""
         with torch.autocast(device_type=positions.device.type, enabled=False):
-            return fp32_positions(positions)[:, None] * self.theta.float()[None, :]
+            return fp32_positions(positions)[..., None] * self.theta.float()
 
     def prepare(self, positions: Tensor) -> Prepared:
         prepared = super().prepare(positions)
         with torch.autocast(device_type=positions.device.type, enabled=False):
-            prepared.extra["rope"] = rotation(self.angles(prepared.fp32), self.pairing)
+            angles = self.angles(prepared.fp32)
+            if angles.dim() == 3:  # per-sequence positions (B, T): a head axis for (B, H, T, D)
+                angles = angles[:, None]
+            prepared.extra["rope"] = rotation(angles, self.pairing)
         return prepared
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor | Prepared) -> tuple[Tensor, Tensor]:
+    def rotate(
+        self, q: Tensor, k: Tensor, positions: Tensor | Prepared, layer: int = 0
+    ) -> tuple[Tensor, Tensor]:
         rot = self.prepared(positions).extra["rope"]
         r = self.rotary_dims
         with torch.autocast(device_type=q.device.type, enabled=False):

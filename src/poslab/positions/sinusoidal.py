@@ -6,6 +6,7 @@ PE(p, 2i) = sin(p / base^(2i/d)),  PE(p, 2i+1) = cos(p / base^(2i/d)).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -15,23 +16,28 @@ from poslab.validate import number, require
 
 
 def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
-    """(T, d_model) fp32 encoding of the given positions, sin on even dims and cos on odd."""
+    """(…, T, d_model) fp32 encoding of positions (…, T), sin on even dims and cos on odd."""
     p = fp32_positions(positions)
     inv_freq = base ** (
         -torch.arange(0, d_model, 2, device=p.device, dtype=torch.float32) / d_model
     )
-    angles = p[:, None] * inv_freq[None, :]
-    table = torch.empty(p.shape[0], d_model, device=p.device, dtype=torch.float32)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    angles = p[..., None] * inv_freq
+    table = torch.empty(*p.shape, d_model, device=p.device, dtype=torch.float32)
+    table[..., 0::2] = torch.sin(angles)
+    table[..., 1::2] = torch.cos(angles[..., : d_model // 2])
     return table
 
 
 class SinusoidalPositions(PositionalScheme):
     def __init__(
-        self, d_model: int, n_head: int, base: float = 10000.0, scale: float | None = 1.0
+        self,
+        d_model: int,
+        n_head: int,
+        base: float = 10000.0,
+        scale: float | None = 1.0,
+        **common: Any,
     ) -> None:
-        super().__init__(d_model, n_head)
+        super().__init__(d_model, n_head, **common)
         require("pos.base", base, number(gt=1))
         require("pos.scale", scale, number(gt=0, null=True))
         self.base = float(base)

@@ -7,13 +7,14 @@ Distances are bucketed causally: exact buckets for small distances, logarithmic 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme
-from poslab.validate import integer, require
+from poslab.validate import boolean, integer, require
 
 
 def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
@@ -28,12 +29,19 @@ def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) 
 
 
 class T5Bias(PositionalScheme):
-    has_attention_bias = True
+    needs = "bias"
 
     def __init__(
-        self, d_model: int, n_head: int, num_buckets: int = 32, max_distance: int = 128
+        self,
+        d_model: int,
+        n_head: int,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        per_layer: bool = False,
+        **common: Any,
     ) -> None:
-        super().__init__(d_model, n_head)
+        super().__init__(d_model, n_head, **common)
+        require("pos.per_layer", per_layer, boolean())
         require("pos.num_buckets", num_buckets, integer(2))
         require("pos.max_distance", max_distance, integer(1))
         if num_buckets < 2 or max_distance <= num_buckets // 2:
@@ -43,10 +51,21 @@ class T5Bias(PositionalScheme):
             )
         self.num_buckets = int(num_buckets)
         self.max_distance = int(max_distance)
+        # one table shared by all layers (T5's choice), or one per layer with per_layer=true;
         # zero init: training starts with no positional preference (the causal mask alone)
-        self.bias = nn.Embedding(self.num_buckets, n_head)
-        nn.init.zeros_(self.bias.weight)
+        self.per_layer = per_layer
+        tables = self.n_layer if per_layer else 1
+        self.bias = nn.Parameter(torch.zeros(tables, self.num_buckets, n_head))
 
-    def score_bias(self, head: Tensor, q_position: Tensor, k_position: Tensor) -> Tensor:
+    def upgrade_state(self, state: dict[str, Tensor], prefix: str = "pos.") -> dict[str, Tensor]:
+        state = super().upgrade_state(state, prefix)
+        old = state.pop(prefix + "bias.weight", None)  # before per_layer: an nn.Embedding
+        if old is not None:
+            state[prefix + "bias"] = old[None]
+        return state
+
+    def score_bias(
+        self, head: Tensor, q_position: Tensor, k_position: Tensor, layer: int = 0
+    ) -> Tensor:
         bucket = t5_bucket(q_position - k_position, self.num_buckets, self.max_distance)
-        return self.bias.weight.float()[bucket, head]
+        return self.bias[self.layer_index(layer)].float()[bucket, head]
