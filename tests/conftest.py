@@ -12,9 +12,11 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from poslab.positions import scheme_names
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
-SCHEMES = ["nope", "learned", "sinusoidal", "rope", "alibi", "t5"]
+SCHEMES = scheme_names()  # every scheme of conf/pos/
 WIKITEXT2 = REPO.parent / "shared" / "data" / "wikitext-2"
 
 

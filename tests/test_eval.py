@@ -23,13 +23,11 @@ from poslab.evaluation.compare import compare, shape_checks
 from poslab.evaluation.perplexity import make_windows, score
 from poslab.evaluation.run import evaluate_checkpoint, scored_token_cap
 from poslab.model import GPT, GPTConfig
-from poslab.positions import (
-    ALiBi,
-    NoPositions,
-    Rotary,
-    SinusoidalPositions,
-    T5Bias,
-)
+from poslab.positions.alibi import ALiBi
+from poslab.positions.nope import NoPositions
+from poslab.positions.rope import Rotary
+from poslab.positions.sinusoidal import SinusoidalPositions
+from poslab.positions.t5 import T5Bias
 
 VOCAB = 37
 

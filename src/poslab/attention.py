@@ -3,7 +3,8 @@
 A kernel says which needs of a positional scheme it serves (positions/base.py: "nothing",
 "bias", "scores"); `check` turns an impossible pairing into a ConfigError when the model is built.
 
-* ``sdpa`` (default; serves nothing, bias). No bias (nope, learned, sinusoidal, rope): one
+* ``auto`` (default): ``sdpa`` where it serves the scheme, else ``blockwise``; logged.
+* ``sdpa`` (serves nothing, bias). No bias (nope, learned, sinusoidal, rope): one
   `scaled_dot_product_attention` call with `is_causal=True` (flash / memory-efficient kernels on
   CUDA, the fused flash kernel on CPU: memory linear in the length). With a bias (alibi, t5,
   kerple, ...): the bias is built once per forward (`CausalBias`) and shared by every layer when
@@ -21,6 +22,7 @@ A kernel says which needs of a positional scheme it serves (positions/base.py: "
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +33,9 @@ from torch import Tensor
 from poslab.errors import ConfigError
 from poslab.precision import compute_dtype
 
-KERNELS = ("sdpa", "blockwise", "flex")
+KERNELS = ("auto", "sdpa", "blockwise", "flex")
+NEEDS = ("nothing", "bias", "scores")  # what a scheme may need (positions/base.py)
+log = logging.getLogger(__name__)
 BiasFn = Callable[[Tensor, Tensor], Tensor]  # (q_positions, k_positions) -> (H, Tq, Tk) fp32
 ScoreBias = Callable[[Tensor, Tensor, Tensor], Tensor]  # (head, q_pos, k_pos) -> bias
 # build the whole causal bias once per forward, shared by all layers, below this size
@@ -190,7 +194,7 @@ class AttentionKernel:
     def check(self, pos: Any, dropout: float) -> None:
         """An impossible pairing is a one-line error when the model is built."""
         if pos.needs not in self.serves:
-            able = [k.name for k in (SDPA, Blockwise, Flex) if pos.needs in k.serves]
+            able = [k.name for k in (Auto, SDPA, Blockwise, Flex) if pos.needs in k.serves]
             raise ConfigError(
                 f"attention={self.name} cannot serve pos={type(pos).__name__}, which needs "
                 f"the {pos.needs} (it serves: {', '.join(self.serves)}); use "
@@ -288,6 +292,33 @@ class Flex(AttentionKernel):
         return flex_causal_attention(q, k, v, mask)
 
 
+class Auto(AttentionKernel):
+    """The default: sdpa where it can serve the scheme (the fast path), else blockwise (schemes
+    that need the scores). The choice is made, and logged, when the model is built."""
+
+    name = "auto"
+    serves = NEEDS
+
+    def __init__(self, block_size: int = 1024, full_bias_mib: int = 256) -> None:
+        super().__init__(block_size)
+        self.options = {"block_size": block_size, "full_bias_mib": full_bias_mib}
+        self.chosen: AttentionKernel | None = None
+
+    def check(self, pos: Any, dropout: float) -> None:
+        if pos.needs in SDPA.serves:
+            self.chosen = SDPA(**self.options)
+        else:
+            self.chosen = Blockwise(self.options["block_size"])
+        log.info("attention=auto -> %s for %s", self.chosen.name, type(pos).__name__)
+        self.chosen.check(pos, dropout)
+
+    def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
+        return self.chosen.begin(pos, prepared, dtype)
+
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
+        return self.chosen(q, k, v, pos, prepared, state, layer, dropout_p)
+
+
 def _score_bias_fn(pos: Any, layer: int) -> ScoreBias | None:
     if pos.needs != "bias":
         return None
@@ -298,6 +329,6 @@ def kernel_from_legacy(model_cfg: dict[str, Any]) -> dict[str, Any]:
     """The attention config of a checkpoint written before `attention=` was a config group
     (model.attention, model.attn_block_size)."""
     name = model_cfg.get("attention", "sdpa")
-    target = {"sdpa": SDPA, "blockwise": Blockwise, "flex": Flex}[name]
+    target = {"auto": Auto, "sdpa": SDPA, "blockwise": Blockwise, "flex": Flex}[name]
     return {"_target_": f"{__name__}.{target.__name__}",
             "block_size": model_cfg.get("attn_block_size", 1024)}  # fmt: skip

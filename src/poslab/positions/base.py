@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from poslab.errors import ConfigError
 from poslab.validate import integer, require
 
-NEEDS = ("nothing", "bias", "scores")
+NEEDS = ("nothing", "bias", "scores")  # as poslab.attention.NEEDS
 
 
 @dataclass
@@ -86,17 +86,18 @@ class PositionalScheme(nn.Module):
         """The positions of a forward without explicit ones: 0..T−1, shared by the batch; in
         training with randomize_max=N, a sorted random subset of [0, N) per sequence (B, T)."""
         if self.training and self.randomize_max is not None:
-            if self.randomize_max < seq_len:
-                raise ConfigError(
-                    f"pos.randomize_max={self.randomize_max} is below the sequence length "
-                    f"{seq_len}; choose N ≥ data.seq_len (the papers use N ≫ L)"
-                )
+            self.max_training_position(seq_len)  # N ≥ T
             keys = torch.rand(batch, self.randomize_max, device=device)
             return keys.argsort(dim=1)[:, :seq_len].sort(dim=1).values
         return torch.arange(seq_len, device=device)
 
     def max_training_position(self, seq_len: int) -> int:
         """The largest position training shows the scheme."""
+        if self.randomize_max is not None and self.randomize_max < seq_len:
+            raise ConfigError(
+                f"pos.randomize_max={self.randomize_max} is below the sequence length "
+                f"{seq_len}; choose N ≥ data.seq_len (the papers use N ≫ L)"
+            )
         return (self.randomize_max or seq_len) - 1
 
     def prepare(self, positions: Tensor) -> Prepared:

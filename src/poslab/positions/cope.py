@@ -1,0 +1,48 @@
+"""CoPE (Golovneva et al. 2024, "Contextual Position Encoding"): positions counted by the
+content. Each query m gates every earlier key j with g_mj = σ(q_m·k_j); the position of key n
+seen from m is the number of gated keys between them,
+
+    p_mn = Σ_{j=n..m} g_mj        (fractional; non-decreasing as n moves back; ≤ m − n + 1),
+
+and a learned vector e[p] per integer position (shared by the heads; `npos` of them, positions
+beyond clamped to the last) is interpolated at p_mn and added to the score: q_m·e[p_mn],
+computed as z_m[k] = q_m·e[k] for integer k, then interpolated linearly. Reference:
+lucidrains/x-transformers `CoPE`. The gates use the scaled scores q·k/√d and only keys j ≤ m.
+
+CoPE needs the queries and the scores, so it runs with attention=blockwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from poslab.positions.base import PositionalScheme
+from poslab.validate import integer, require
+
+
+class CoPE(PositionalScheme):
+    needs = "scores"
+    reads_positions = False  # positions come from the content, not from the token index
+
+    def __init__(self, d_model: int, n_head: int, npos: int = 64, **common: Any) -> None:
+        super().__init__(d_model, n_head, **common)
+        require("pos.npos", npos, integer(2))
+        self.npos = npos
+        self.pos_emb = nn.Parameter(torch.zeros(npos, self.head_dim))
+
+    def positions_from_scores(self, scores: Tensor, future: Tensor) -> Tensor:
+        """p_mn = Σ_{j=n..m} σ(score_mj) over the keys j ≤ m (future keys gate nothing)."""
+        gates = torch.sigmoid(scores).masked_fill(future, 0.0)
+        return gates.flip(-1).cumsum(-1).flip(-1)
+
+    def modify_scores(self, scores: Tensor, q: Tensor, future: Tensor, layer: int = 0) -> Tensor:
+        pos = self.positions_from_scores(scores, future).clamp(max=self.npos - 1)
+        logits = q.float() @ self.pos_emb.float().t()  # (B, H, Tq, npos): q·e[k]
+        floor = pos.floor()
+        weight = pos - floor
+        low = logits.gather(-1, floor.long())
+        high = logits.gather(-1, pos.ceil().long())
+        return scores + low + weight * (high - low)

@@ -1,0 +1,98 @@
+"""FIRE (Li et al. 2024, "Functional Interpolation for Relative Positions Improves Long Context
+Transformers"): the bias is a small learned function of a normalised distance.
+
+    bias(m, n) = f(ψ(m − n) / ψ(max(L, m))),   ψ(x) = log(c·x + 1)
+
+f is an MLP (1 → `width` → one output per head, ReLU), c > 0 and the threshold L > 0 are learned
+(used as |c|, |L|, initialised at `c_init` and `threshold_init`). The input lies in [0, 1] for
+every causal pair, so the bias stays in the range f takes on [0, 1] at any length: long
+sequences are interpolated into the range seen in training (progressive interpolation), not
+extrapolated. Below the threshold (m ≤ L) the bias depends on m − n alone. Shared by the layers
+by default (`per_layer=true`: one FIRE per layer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from poslab.positions.base import PositionalScheme, fp32_positions
+from poslab.validate import boolean, integer, number, require
+
+# rows of the (rows × keys × width) hidden activations computed at once: about 64 MB in fp32
+HIDDEN_BYTES = 64 * 2**20
+
+
+class Fire(PositionalScheme):
+    needs = "bias"
+
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        width: int = 32,
+        c_init: float = 0.1,
+        threshold_init: float = 512.0,
+        per_layer: bool = False,
+        **common: Any,
+    ) -> None:
+        super().__init__(d_model, n_head, **common)
+        require("pos.width", width, integer(1))
+        require("pos.c_init", c_init, number(gt=0))
+        require("pos.threshold_init", threshold_init, number(gt=0))
+        require("pos.per_layer", per_layer, boolean())
+        self.per_layer = per_layer
+        sets = self.n_layer if per_layer else 1
+        self.c = nn.Parameter(torch.full((sets,), float(c_init)))
+        self.threshold = nn.Parameter(torch.full((sets,), float(threshold_init)))
+        # the MLP's two layers, initialised as nn.Linear does (uniform in ±1/√fan_in)
+        self.hidden = nn.Parameter(torch.rand(sets, width) * 2 - 1)
+        self.hidden_bias = nn.Parameter(torch.rand(sets, width) * 2 - 1)
+        bound = width**-0.5
+        self.out = nn.Parameter((torch.rand(sets, width, n_head) * 2 - 1) * bound)
+        self.out_bias = nn.Parameter((torch.rand(sets, n_head) * 2 - 1) * bound)
+
+    def normalized_distance(self, q_position: Tensor, k_position: Tensor, layer: int) -> Tensor:
+        """ψ(m − n) / ψ(max(L, m)) for broadcastable fp32 positions: in [0, 1] when n ≤ m."""
+        i = self.layer_index(layer)
+        c, threshold = self.c[i].float().abs(), self.threshold[i].float().abs()
+        distance = (q_position - k_position).clamp(min=0)  # future keys are masked anyway
+
+        def psi(x: Tensor) -> Tensor:
+            return torch.log1p(c * x)
+
+        return psi(distance) / psi(torch.maximum(q_position, threshold)).clamp(min=1e-6)
+
+    def mlp(self, x: Tensor, layer: int) -> Tensor:
+        """f(x) for inputs (...) -> (..., H)."""
+        i = self.layer_index(layer)
+        hidden = torch.relu(x[..., None] * self.hidden[i].float() + self.hidden_bias[i].float())
+        return hidden @ self.out[i].float() + self.out_bias[i].float()
+
+    def score_bias(
+        self, head: Tensor, q_position: Tensor, k_position: Tensor, layer: int = 0
+    ) -> Tensor:
+        x = self.normalized_distance(q_position, k_position, layer)
+        i = self.layer_index(layer)
+        hidden = torch.relu(x[..., None] * self.hidden[i].float() + self.hidden_bias[i].float())
+        weights = self.out[i].float().t()[head]  # (..., width) for the given heads
+        return (hidden * weights).sum(-1) + self.out_bias[i].float()[head]
+
+    def attention_bias(self, q_positions: Tensor, k_positions: Tensor, layer: int = 0) -> Tensor:
+        """The MLP once per (query, key) pair for all heads, in chunks of query rows so the
+        hidden activations stay within HIDDEN_BYTES."""
+        with torch.autocast(device_type=q_positions.device.type, enabled=False):
+            q = fp32_positions(q_positions)
+            k = fp32_positions(k_positions)
+            width = self.hidden.shape[-1]
+            rows = max(1, HIDDEN_BYTES // (4 * width * k.shape[-1] * max(1, q[..., :1].numel())))
+            chunks = []
+            for start in range(0, q.shape[-1], rows):
+                x = self.normalized_distance(
+                    q[..., start : start + rows, None], k[..., None, :], layer
+                )
+                chunks.append(self.mlp(x, layer))  # (…, rows, Tk, H)
+            bias = torch.cat(chunks, dim=-3)
+            return bias.movedim(-1, -3)  # (…, H, Tq, Tk)
