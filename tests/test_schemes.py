@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from conftest import REPO
 
 from poslab.attention import SDPA, Auto, Blockwise, Flex
 from poslab.build import scheme_with_overrides
@@ -258,3 +259,62 @@ def test_an_override_changes_the_computation_or_is_refused():
     scheme_with_overrides(learned, {"beyond_table": "clamp"}, config, 16)  # applies past L
     with pytest.raises(ConfigError, match="changes the scheme's weights"):
         scheme_with_overrides(learned, {"max_positions": 8}, config, 16)
+
+
+# ---------------------------------------------------------------------------------------------
+# trained checkpoints (the session's tiny runs of every scheme, tests/conftest.py)
+
+
+@pytest.mark.parametrize("name", ["kerple", "sandwich", "fire", "xpos", "cope"])
+def test_every_new_scheme_trains_and_evaluates_at_16x(trained_runs, name, tmp_path):
+    from omegaconf import OmegaConf
+
+    from poslab.evaluation.run import evaluate_checkpoint
+
+    run, metrics = trained_runs[name]
+    assert metrics["best_val_loss"] < metrics["val/loss_initial"] - 0.5
+    cfg = OmegaConf.load(REPO / "conf" / "eval" / "default.yaml")
+    cfg.merge_with({"factors": [1, 16], "max_tokens": 1500, "log_wandb": False})
+    rows = evaluate_checkpoint(run / "checkpoints" / "best.ckpt", cfg, out_dir=tmp_path)
+    assert [r["length"] for r in rows] == [16, 256]
+    assert all(r["status"] == "ok" and math.isfinite(r["ppl"]) for r in rows)
+
+
+def test_a_base_override_on_a_rope_checkpoint_changes_perplexity(trained_runs, tmp_path):
+    """The silent wrong result of the first edition: the trained θ buffer came back over the
+    new base. θ is now rebuilt from pos.base."""
+    from omegaconf import OmegaConf
+
+    from poslab.evaluation.run import evaluate_checkpoint
+
+    ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"
+    cfg = OmegaConf.load(REPO / "conf" / "eval" / "default.yaml")
+    cfg.merge_with({"factors": [4], "max_tokens": 1500, "log_wandb": False})
+    plain = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / "a")[0]["ppl"]
+    cfg.pos_overrides = {"base": 500000.0}
+    changed = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / "b")[0]["ppl"]
+    assert abs(changed - plain) / plain > 1e-3
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi", "t5"])
+def test_checkpoints_of_the_first_edition_still_load(trained_runs, name, tmp_path):
+    """A checkpoint as #2/#3 wrote it: derived buffers saved (θ, θ_init, slopes), T5's table as
+    an nn.Embedding, the kernel as model.attention / model.attn_block_size."""
+    from poslab.build import load_checkpoint
+
+    ckpt = torch.load(trained_runs[name][0] / "checkpoints" / "best.ckpt", weights_only=True)
+    state, config = ckpt["state_dict"], ckpt["hyper_parameters"]["config"]
+    if name == "rope":
+        state["model.pos.theta"] = state["model.pos.theta_init"] = torch.ones(16)
+    elif name == "alibi":
+        state["model.pos.slopes"] = torch.ones(2)
+    else:
+        state["model.pos.bias.weight"] = state.pop("model.pos.bias")[0]
+    config.pop("attention")
+    config["model"].update(attention="sdpa", attn_block_size=1024)
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+    model, _ = load_checkpoint(old)
+    new, _ = load_checkpoint(trained_runs[name][0] / "checkpoints" / "best.ckpt")
+    idx = torch.randint(0, new.config.vocab_size, (1, 20))
+    torch.testing.assert_close(model(idx), new(idx))  # old saved θ / slopes are not used

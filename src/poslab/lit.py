@@ -158,6 +158,10 @@ class LanguageModel(L.LightningModule):
             checkpoint["wandb_run_id"] = logger.version
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # a checkpoint of an earlier version: what is now derived state is dropped
+        checkpoint["state_dict"] = self.model.pos.upgrade_state(
+            checkpoint["state_dict"], prefix="model.pos."
+        )
         # In DDP every rank resumes with rank 0's states (only rank 0 writes checkpoints): this
         # matters only for dropout masks; the data order does not use these generators.
         states = checkpoint.get("rng_states")
