@@ -328,7 +328,7 @@ def _score_bias_fn(pos: Any, layer: int) -> ScoreBias | None:
 def kernel_from_legacy(model_cfg: dict[str, Any]) -> dict[str, Any]:
     """The attention config of a checkpoint written before `attention=` was a config group
     (model.attention, model.attn_block_size)."""
-    name = model_cfg.get("attention", "sdpa")
+    name = model_cfg.get("attention", "auto")
     target = {"auto": Auto, "sdpa": SDPA, "blockwise": Blockwise, "flex": Flex}[name]
     return {"_target_": f"{__name__}.{target.__name__}",
             "block_size": model_cfg.get("attn_block_size", 1024)}  # fmt: skip
