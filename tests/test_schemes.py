@@ -318,3 +318,10 @@ def test_checkpoints_of_the_first_edition_still_load(trained_runs, name, tmp_pat
     new, _ = load_checkpoint(trained_runs[name][0] / "checkpoints" / "best.ckpt")
     idx = torch.randint(0, new.config.vocab_size, (1, 20))
     torch.testing.assert_close(model(idx), new(idx))  # old saved θ / slopes are not used
+
+
+def test_the_readme_table_lists_every_scheme():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Positional schemes", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+    assert rows == set(scheme_names())
