@@ -251,8 +251,10 @@ def test_an_override_changes_the_computation_or_is_refused():
     rope = scheme_configs(16)["rope"]
     changed = scheme_with_overrides(rope, {"base": 500000.0}, config, 16)
     assert changed.base == 500000.0
+    learnable = {**rope, "learnable_theta": True}
+    weights = build_scheme("rope", D_MODEL, N_HEAD, learnable_theta=True).state_dict()
     with pytest.raises(ConfigError, match="changes nothing"):  # a learnable θ replaces the base
-        scheme_with_overrides({**rope, "learnable_theta": True}, {"base": 500000.0}, config, 16)
+        scheme_with_overrides(learnable, {"base": 500000.0}, config, 16, weights)
     with pytest.raises(ConfigError, match="has no option 'bsae'"):
         scheme_with_overrides(rope, {"bsae": 5.0}, config, 16)
     learned = scheme_configs(16)["learned"]
@@ -326,3 +328,12 @@ def test_the_readme_table_lists_every_scheme():
     rows = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
     rows.discard("pos=")  # the header
     assert rows == set(scheme_names())
+
+
+def test_overrides_of_inherited_options_and_of_zero_initialised_tables():
+    config = GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEAD, d_model=D_MODEL)
+    # xpos takes rope's options through **options
+    assert scheme_with_overrides(scheme_configs(16)["xpos"], {"base": 5e5}, config, 16).base == 5e5
+    # before training (no trained weights) a zero-initialised t5 table cannot judge an override
+    t5 = scheme_with_overrides(scheme_configs(16)["t5"], {"max_distance": 64}, config, 16)
+    assert t5.max_distance == 64

@@ -65,7 +65,8 @@ class CausalBias:
         seq_len = positions.shape[-1]
         self.index = torch.arange(seq_len, device=positions.device)
         limit = FULL_BIAS_BYTES if full_bias_bytes is None else full_bias_bytes
-        full = n_head * seq_len * seq_len * torch.finfo(dtype).bits // 8 <= limit
+        batch = positions.shape[0] if positions.dim() == 2 else 1  # per-sequence positions
+        full = batch * n_head * seq_len * seq_len * torch.finfo(dtype).bits // 8 <= limit
         self.block_size = seq_len if full else max(1, block_size)
         self.full = self._build(0, seq_len) if full else None
 
@@ -77,7 +78,7 @@ class CausalBias:
         return bias if bias.dim() == 4 else bias.unsqueeze(0)  # (B or 1, H, Tq, Tk)
 
     def block(self, start: int, end: int) -> Tensor:
-        """(1, H, end − start, end): the bias of queries start..end−1 over keys 0..end−1."""
+        """(1 or B, H, end − start, end): the bias of queries start..end−1 over keys 0..end−1."""
         if self.full is not None:
             return self.full[:, :, start:end, :end]
         return self._build(start, end)

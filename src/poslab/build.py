@@ -86,9 +86,14 @@ def scheme_with_overrides(
     from hydra.utils import get_class
 
     target = get_class(pos_cfg["_target_"])
-    fixed = ("d_model", "n_head", "n_layer", "common")
-    options = [n for n in inspect.signature(target).parameters if n not in fixed]
-    options.append("randomize_max")
+    fixed = ("d_model", "n_head", "n_layer")
+    options: list[str] = []  # the options of the class and of the classes it extends
+    for cls in target.__mro__:
+        if "__init__" in vars(cls):
+            for name, param in inspect.signature(cls.__init__).parameters.items():
+                keyword = param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+                if keyword and name != "self" and name not in fixed and name not in options:
+                    options.append(name)
     for key in overrides:
         if key not in options:
             raise ConfigError(
@@ -106,9 +111,12 @@ def scheme_with_overrides(
             f"{before.get(diff)} trained, {after.get(diff)} with the overrides); override only "
             "options that keep the scheme's parameters"
         )
-    weights = trained_state if trained_state is not None else trained.state_dict()
-    trained.load_state_dict(weights)
-    changed.load_state_dict(weights)
+    if trained_state is None:
+        # before training: fresh weights (a zero-initialised table) cannot tell whether an
+        # override will matter, so only its name and shapes are checked here
+        return changed
+    trained.load_state_dict(trained_state)
+    changed.load_state_dict(trained_state)
     if _probe(trained, seq_len) == _probe(changed, seq_len):
         raise ConfigError(
             f"eval.pos_overrides={overrides} changes nothing this {target.__name__} computes "

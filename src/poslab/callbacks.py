@@ -6,8 +6,8 @@ SIGINT; `AtomicCheckpointIO` makes every checkpoint write all-or-nothing.
 `RankFingerprints` (`++train.fingerprints=true`) makes a multi-process run checkable after the
 fact: every rank writes `<run>/fingerprints/rank<k>.json` with digests of the training batches
 it saw and of its parameters at the start and end of training. In a correct data-parallel run
-the ranks saw different batches (Lightning's DistributedSampler gives each rank its own part of
-every epoch) and end with identical parameters (DDP averages gradients, so all ranks take the
+the ranks saw different batches (poslab.sampling gives each rank its own part of every batch)
+and end with identical parameters (DDP averages gradients, so all ranks take the
 same optimizer steps). Digests are exact (SHA-256 of the raw bytes), so "identical" is bitwise.
 """
 
@@ -118,7 +118,9 @@ class LastCheckpoint(L.Callback):
     into: finish this optimizer step, save `last.ckpt`, stop. A second signal stops at once.
 
     Saves happen only between optimizer steps (never inside gradient accumulation), so a resumed
-    run continues at exactly the batch where this one stopped."""
+    run continues at exactly the batch where this one stopped. (Lightning's SLURM
+    `hpc_ckpt_N.ckpt`, saved whenever SIGUSR1 arrives, can fall inside an accumulation: with
+    accumulate_grad_batches > 1 prefer SIGTERM or these periodic saves.)"""
 
     def __init__(self, path: str | Path, every_n_steps: int | None) -> None:
         self.path = Path(path)
@@ -126,6 +128,7 @@ class LastCheckpoint(L.Callback):
         self.signal: int | None = None  # the signal that asked this run to stop
         self.stopped_at: int | None = None  # the step saved when it stopped
         self._previous: dict[int, Any] = {}
+        self._between_steps = True  # the last training batch ended an accumulation
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.signal is not None:  # asked twice: stop now
@@ -155,7 +158,8 @@ class LastCheckpoint(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:  # fmt: skip
-        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+        self._between_steps = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+        if not self._between_steps:
             return  # inside an accumulation: no optimizer step was taken
         stop = self.signal is not None
         if trainer.world_size > 1:  # every rank must stop at the same step
@@ -169,12 +173,17 @@ class LastCheckpoint(L.Callback):
             trainer.save_checkpoint(self.path)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and self._between_steps:
             trainer.save_checkpoint(self.path)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Restored here, not in teardown: Lightning restores its own handlers first in its
+        # teardown, and ours would then put back its notifier, which swallows a later SIGTERM
+        self._restore_handlers()
         if self.stopped_at is None:  # the final state, from which a longer run may continue
             trainer.save_checkpoint(self.path)
 
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
         self._restore_handlers()

@@ -676,6 +676,7 @@ class LMDataModule(L.LightningDataModule):
                 start=lambda: trainer.global_step * accumulate,
                 rank=trainer.global_rank,
                 world_size=trainer.world_size,
+                accumulate=accumulate,
             )
         return ResumableLoader(
             self.train_set,

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from poslab.build import build_model
-from poslab.errors import TrainingDiverged
+from poslab.errors import ConfigError, TrainingDiverged
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +159,15 @@ class LanguageModel(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # a checkpoint of an earlier version: what is now derived state is dropped
-        checkpoint["state_dict"] = self.model.pos.upgrade_state(
-            checkpoint["state_dict"], prefix="model.pos."
-        )
+        state = checkpoint["state_dict"]
+        upgraded = self.model.pos.upgrade_state(state, prefix="model.pos.")
+        if set(upgraded) - set(state) and checkpoint.get("optimizer_states"):
+            # a parameter changed form: its optimizer state still has the old shape
+            raise ConfigError(
+                "this checkpoint predates the scheme's current parameters, so its optimizer "
+                "state cannot be resumed; evaluate it with eval.py, or start a new run"
+            )
+        checkpoint["state_dict"] = upgraded
         # In DDP every rank resumes with rank 0's states (only rank 0 writes checkpoints): this
         # matters only for dropout masks; the data order does not use these generators.
         states = checkpoint.get("rng_states")

@@ -34,6 +34,7 @@ class RunBatches(Sampler[list[int]]):
         start: Callable[[], int] = lambda: 0,
         rank: int = 0,
         world_size: int = 1,
+        accumulate: int = 1,
     ) -> None:
         self.per_epoch = num_windows // (batch_size * world_size)
         if self.per_epoch < 1:
@@ -48,6 +49,7 @@ class RunBatches(Sampler[list[int]]):
         self.start = start
         self.rank = rank
         self.world_size = world_size
+        self.accumulate = accumulate  # the start is counted in steps × accumulation
 
     def __len__(self) -> int:
         return self.total_batches
@@ -79,7 +81,7 @@ class ResumableLoader(DataLoader):
     def state_dict(self) -> dict[str, Any]:
         b = self.batches
         return {"seed": b.seed, "batch_size": b.batch_size, "num_windows": b.num_windows,
-                "world_size": b.world_size}  # fmt: skip
+                "world_size": b.world_size, "accumulate": b.accumulate}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         now = self.state_dict()
@@ -87,6 +89,6 @@ class ResumableLoader(DataLoader):
         if changed:
             raise ConfigError(
                 f"the checkpoint's data order differs from this run's ({', '.join(changed)}); "
-                "resume with the seed, data.batch_size, data.seq_len and process count it was "
-                "trained with"
+                "resume with the seed, data.batch_size, data.seq_len, "
+                "trainer.accumulate_grad_batches and process count it was trained with"
             )

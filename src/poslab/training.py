@@ -190,7 +190,7 @@ def max_steps_for(cfg: DictConfig) -> int:
 
 # what may differ between a checkpoint and the run that resumes it: everything else decides the
 # model, the data or their order
-RESUMABLE_CHANGES = ("trainer", "eval", "logger", "checkpoint", "resume", "train")
+RESUMABLE_CHANGES = ("trainer", "eval", "logger", "checkpoint", "resume", "train", "attention")
 
 
 def resume_checkpoint(cfg: DictConfig, out: Path) -> Path | None:
@@ -223,8 +223,8 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> Path | None:
     for key in sorted(set(stored) | set(now)):
         if key in RESUMABLE_CHANGES or key.endswith("_name"):
             continue
-        if stored.get(key) != now.get(key):
-            first = _first_difference(stored.get(key), now.get(key), key)
+        first = _first_difference(stored.get(key), now.get(key), key)
+        if first is not None:
             raise ConfigError(
                 f"resume={setting}: {first} differs from the checkpoint's run; resume with the "
                 "same settings (only trainer, eval, logger and checkpoint options may change)"
@@ -233,12 +233,17 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> Path | None:
     return path
 
 
-def _first_difference(a: Any, b: Any, key: str) -> str:
+def _first_difference(a: Any, b: Any, key: str) -> str | None:
+    """The first differing key of a stored config `a` and the current `b` (None: equal). An
+    option the stored config predates counts as equal while it is off (None or False)."""
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
-            if a.get(k) != b.get(k):
-                return _first_difference(a.get(k), b.get(k), f"{key}.{k}")
-    return f"{key} ({a!r} -> {b!r})"
+            if k not in a and b.get(k) in (None, False):
+                continue
+            if (diff := _first_difference(a.get(k), b.get(k), f"{key}.{k}")) is not None:
+                return diff
+        return None
+    return None if a == b else f"{key} ({a!r} -> {b!r})"
 
 
 def resume_command(out: Path) -> str:
@@ -302,7 +307,10 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
     plugins = [*(plugins if isinstance(plugins, list) else [plugins])]
     trainer_cfg.update(
         max_steps=max_steps,
-        val_check_interval=min(int(trainer_cfg.get("val_check_interval", max_steps)), max_steps),
+        # Lightning counts micro-batches; poslab's interval is in optimizer steps, so that
+        # validations (and the checkpoints saved after them) fall between steps
+        val_check_interval=min(int(trainer_cfg.get("val_check_interval", max_steps)), max_steps)
+        * int(trainer_cfg.get("accumulate_grad_batches") or 1),
         check_val_every_n_epoch=None,
         default_root_dir=str(out),
         use_distributed_sampler=False,  # poslab.sampling gives each rank its part of each batch

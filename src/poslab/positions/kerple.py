@@ -4,10 +4,12 @@
     power: bias_h(m, n) = −r1_h · |m − n|^r2_h,   0 < r2 ≤ 2
 
 r1, r2 > 0 are learned per head (and per layer with `per_layer=true`, as the paper's code does:
-each attention layer has its own). As in the reference code (chijames/KERPLE), they start
-uniform in (0, 2) and (0, 1) and are kept ≥ 0.01 (and r2 ≤ 2 for power), here by clamping in the
-computation instead of rewriting the parameters. Both kernels are conditionally positive
-definite, so the bias is 0 at distance 0 and falls monotonically with distance.
+each attention layer has its own). As in the reference code (chijames/KERPLE), r1 starts
+uniform in (0, 2) and r2 in (0, 1) (log) or (0, 2) (power), and both are kept ≥ 0.01 (and
+r2 ≤ 2 for power), here by clamping in the computation instead of rewriting the parameters (a
+parameter pushed past a bound gets no gradient while it stays there). Both kernels are
+conditionally positive definite, so the bias is 0 at distance 0 and falls monotonically with
+distance.
 """
 
 from __future__ import annotations

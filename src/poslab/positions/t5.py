@@ -1,7 +1,8 @@
 """T5 relative position bias (Raffel et al. 2020): a learned scalar per head and distance bucket.
 
 Distances are bucketed causally: exact buckets for small distances, logarithmic ones up to
-`max_distance`, and everything farther shares the last bucket. One table serves all layers.
+`max_distance`, and everything farther shares the last bucket. One table serves all layers (as in
+T5), or one per layer with `per_layer=true`.
 """
 
 from __future__ import annotations
