@@ -227,7 +227,8 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> Path | None:
         if first is not None:
             raise ConfigError(
                 f"resume={setting}: {first} differs from the checkpoint's run; resume with the "
-                "same settings (only trainer, eval, logger and checkpoint options may change)"
+                "same settings (only trainer, attention, eval, logger, checkpoint and train "
+                "options may change)"
             )
     log.info("resuming from %s", path)
     return path
