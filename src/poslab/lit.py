@@ -117,11 +117,13 @@ class LanguageModel(L.LightningModule):
 
     def _watch_loss(self, loss: Tensor) -> None:
         """Stop at the first non-finite training loss (a CPU checks every step; a GPU records it
-        on the device and checks every log_every_n_steps, and before every checkpoint)."""
+        on the device and checks every log_every_n_steps, and before every checkpoint). With
+        several processes the ranks decide together, so that none waits in a collective for a
+        rank that stopped."""
         step = self.trainer.global_step
         bad = ~torch.isfinite(loss.detach())
         if loss.device.type == "cpu":
-            if bad.item():
+            if self._any_rank(bool(bad.item())):
                 self._diverged(f"train/loss is {loss.item()} at step {step}")
             return
         if self._first_nonfinite_step is None:
@@ -131,11 +133,17 @@ class LanguageModel(L.LightningModule):
         if step % max(1, self.trainer.log_every_n_steps) == 0:
             self._check_recorded_loss()
 
+    def _any_rank(self, flag: bool) -> bool:
+        if self._trainer is None or self.trainer.world_size == 1:
+            return flag
+        return bool(self.trainer.strategy.reduce_boolean_decision(flag, all=False))
+
     def _check_recorded_loss(self) -> None:
         if self._first_nonfinite_step is not None:
             first = int(self._first_nonfinite_step.item())
-            if first >= 0:
-                self._diverged(f"train/loss became non-finite at step {first}")
+            if self._any_rank(first >= 0):
+                where = f"at step {first}" if first >= 0 else "on another rank"
+                self._diverged(f"train/loss became non-finite {where}")
 
     def _diverged(self, what: str) -> None:
         raise TrainingDiverged(what)
