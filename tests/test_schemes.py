@@ -337,3 +337,12 @@ def test_overrides_of_inherited_options_and_of_zero_initialised_tables():
     # before training (no trained weights) a zero-initialised t5 table cannot judge an override
     t5 = scheme_with_overrides(scheme_configs(16)["t5"], {"max_distance": 64}, config, 16)
     assert t5.max_distance == 64
+
+
+def test_xpos_refuses_fp16_where_its_scales_would_overflow():
+    scheme = XPos(D_MODEL, N_HEAD)
+    q = torch.randn(1, N_HEAD, 8192, D_MODEL // N_HEAD).half()
+    with pytest.raises(ConfigError, match="beyond what fp16 holds"):
+        scheme.rotate(q, q, torch.arange(8192))
+    short = q[:, :, :512]
+    assert torch.isfinite(scheme.rotate(short, short, torch.arange(512))[0]).all()

@@ -15,9 +15,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.errors import ConfigError
 from poslab.positions.base import Prepared
 from poslab.positions.rope import Rotary
 from poslab.validate import number, require
+
+# the largest decay factor that leaves fp16 q·k products headroom below its maximum (65504)
+FP16_SAFE_SCALE = 100.0
 
 
 class XPos(Rotary):
@@ -58,6 +62,12 @@ class XPos(Rotary):
         prepared = self.prepared(positions)
         q, k = super().rotate(q, k, prepared, layer)
         q_scale, k_scale = prepared.extra["xpos"]
+        if q.dtype == torch.float16 and max(q_scale.max(), k_scale.max()) > FP16_SAFE_SCALE:
+            # ζ^(±m/γ) grows like e^(|m|/γ); fp16 (max 65504) would turn q or k into inf
+            raise ConfigError(
+                f"xpos at {prepared.fp32.shape[-1]} tokens scales q and k beyond what fp16 holds; "
+                "use precision bf16-mixed or 32-true, or a larger pos.scale_base"
+            )
         r = self.rotary_dims
         with torch.autocast(device_type=q.device.type, enabled=False):
             q_part = (q[..., :r].float() * q_scale).to(q.dtype)
