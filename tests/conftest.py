@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,28 @@ def trained_runs(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     scheme -> (run folder, final metrics)."""
     root = tmp_path_factory.mktemp("runs")
     return {s: (root / s, train_in_process(s, corpus, root / s)) for s in SCHEMES}
+
+
+def race_two_processes(args: list[str], tmp_path: Path) -> list[tuple[str, str]]:
+    """Start two processes running `args` + [ready file, go file]; once both have written their
+    ready file, create the go file so they start the raced work together. Returns their
+    (stdout, stderr) after asserting both exited with 0."""
+    procs = [
+        subprocess.Popen([*args, str(tmp_path / f"ready{i}"), str(tmp_path / "go")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "the processes did not start"
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
+        outputs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    return outputs

@@ -8,15 +8,13 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import WIKITEXT2, make_corpus
+from conftest import WIKITEXT2, make_corpus, race_two_processes
 
 from poslab.data import (
     LMDataModule,
@@ -286,24 +284,7 @@ def test_two_processes_on_a_stale_cache_rebuild_it_once(corpus, tmp_path):
     valid.write_text(valid.read_text().replace(" the ", " a10 ", 1))  # same size, other text
     os.utime(valid, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     args = [sys.executable, "-c", STALE_RACE, str(data), str(cache_dir)]
-    procs = [
-        subprocess.Popen([*args, str(tmp_path / f"ready{i}"), str(tmp_path / "go")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for i in range(2)
-    ]  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-            assert time.monotonic() < deadline, "the processes did not start"
-            time.sleep(0.01)
-        (tmp_path / "go").touch()
-        outputs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    outputs = race_two_processes(args, tmp_path)
     # both read the same cache, rebuilt from the file as it is now
     assert outputs[0][0] == outputs[1][0] and outputs[0][0].split()[0] == file_sha256(valid)
     logs = "".join(err for _, err in outputs)

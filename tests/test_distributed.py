@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, TINY, compose_train, make_corpus
+from conftest import REPO, TINY, compose_train, make_corpus, race_two_processes
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
@@ -193,28 +192,7 @@ def test_two_processes_on_a_fresh_cache_build_it_once(tmp_path):
     corpus = make_corpus(tmp_path / "corpus", n_train=3000)
     cache_dir = tmp_path / "cache"
     args = [sys.executable, "-c", RACE, str(corpus), str(cache_dir)]
-    procs = [
-        subprocess.Popen(
-            [*args, str(tmp_path / f"ready{i}"), str(tmp_path / "go")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    try:
-        deadline = time.monotonic() + 120
-        while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-            assert time.monotonic() < deadline, "the processes did not start"
-            time.sleep(0.01)
-        (tmp_path / "go").touch()
-        outputs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    outputs = race_two_processes(args, tmp_path)
     digests = [out.strip() for out, _ in outputs]
     assert len(digests[0]) == 64 and digests[0] == digests[1]
     logs = "".join(err for _, err in outputs)

@@ -48,18 +48,23 @@ def attention_config(config: dict[str, Any]) -> dict[str, Any]:
     return config.get("attention") or kernel_from_legacy(config["model"])
 
 
-def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
-    """GPT with the positional scheme of `config["pos"]` and the attention kernel of
-    `config["attention"]` (each instantiated from its `_target_`)."""
+def gpt_config_of(config: dict[str, Any], vocab_size: int) -> GPTConfig:
+    """The GPTConfig of a run config's `model` options (an unknown option: a ConfigError)."""
     model_cfg = {
         k: v
         for k, v in config["model"].items()
         if not k.startswith("_") and k not in LEGACY_MODEL_KEYS
     }
     try:
-        gpt_config = GPTConfig(vocab_size=vocab_size, **model_cfg)
+        return GPTConfig(vocab_size=vocab_size, **model_cfg)
     except TypeError as err:
         raise ConfigError(f"model: {err}") from None
+
+
+def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
+    """GPT with the positional scheme of `config["pos"]` and the attention kernel of
+    `config["attention"]` (each instantiated from its `_target_`)."""
+    gpt_config = gpt_config_of(config, vocab_size)
     pos = build_scheme(config["pos"], gpt_config)
     return GPT(gpt_config, pos, instantiate_checked(attention_config(config)))
 
@@ -180,12 +185,12 @@ def load_checkpoint(
     hparams = ckpt["hyper_parameters"]
     config, vocab_size = hparams["config"], hparams["vocab_size"]
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
-    if pos_overrides:
-        trained = build_model(config, vocab_size)
-        state = trained.pos.upgrade_state(state)
+    if pos_overrides:  # checked against the trained scheme alone (no second model)
+        gpt_config = gpt_config_of(config, vocab_size)
+        state = build_scheme(config["pos"], gpt_config).upgrade_state(state)
         pos_state = {k.removeprefix("pos."): v for k, v in state.items() if k.startswith("pos.")}
         scheme_with_overrides(
-            config["pos"], pos_overrides, trained.config, config["data"]["seq_len"], pos_state
+            config["pos"], pos_overrides, gpt_config, config["data"]["seq_len"], pos_state
         )
         config = {**config, "pos": {**config["pos"], **pos_overrides}}
     model = build_model(config, vocab_size)

@@ -61,6 +61,10 @@ class RankFingerprints(L.Callback):
     def _state(module: L.LightningModule) -> list[tuple[str, torch.Tensor]]:
         return [*module.named_parameters(), *module.named_buffers()]
 
+    def _save(self, trainer: L.Trainer) -> None:
+        trainer.save_checkpoint(self.path)
+        self._saved_step = trainer.global_step
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.params_start = tensor_digest(self._state(pl_module))
 
@@ -129,6 +133,7 @@ class LastCheckpoint(L.Callback):
         self.stopped_at: int | None = None  # the step saved when it stopped
         self._previous: dict[int, Any] = {}
         self._between_steps = True  # the last training batch ended an accumulation
+        self._saved_step: int | None = None  # the step of the latest save
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.signal is not None:  # asked twice: stop now
@@ -148,6 +153,10 @@ class LastCheckpoint(L.Callback):
             signal.signal(signum, handler)
         self._previous = {}
 
+    def _save(self, trainer: L.Trainer) -> None:
+        trainer.save_checkpoint(self.path)
+        self._saved_step = trainer.global_step
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if threading.current_thread() is threading.main_thread():  # only it may set handlers
             for signum in STOP_SIGNALS:
@@ -166,22 +175,22 @@ class LastCheckpoint(L.Callback):
             stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
         step = trainer.global_step
         if stop:
-            trainer.save_checkpoint(self.path)
+            self._save(trainer)
             self.stopped_at = step
             trainer.should_stop = True
         elif self.every_n_steps and step % self.every_n_steps == 0:
-            trainer.save_checkpoint(self.path)
+            self._save(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn == "fit" and not trainer.sanity_checking and self._between_steps:
-            trainer.save_checkpoint(self.path)
+            self._save(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Restored here, not in teardown: Lightning restores its own handlers first in its
         # teardown, and ours would then put back its notifier, which swallows a later SIGTERM
         self._restore_handlers()
-        if self.stopped_at is None:  # the final state, from which a longer run may continue
-            trainer.save_checkpoint(self.path)
+        if self._saved_step != trainer.global_step:  # the final state, unless saved already
+            self._save(trainer)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException

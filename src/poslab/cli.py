@@ -61,13 +61,6 @@ def write_status(folder: Path, status: str, **details: Any) -> None:
     os.replace(tmp, folder / STATUS_FILE)
 
 
-def read_status(folder: Path) -> dict[str, Any]:
-    try:
-        return json.loads((Path(folder) / STATUS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def log_to_file(line: str) -> None:
     """Append `line` to the run's log file(s) only (the console already shows it)."""
     for handler in logging.getLogger().handlers:

@@ -22,7 +22,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.build import attention_config, instantiate_checked, read_checkpoint
+from poslab.build import instantiate_checked, read_checkpoint
 from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, RankFingerprints
 from poslab.cli import log_to_file, run_dir, write_status
 from poslab.errors import ConfigError, TrainingDiverged
@@ -193,9 +193,10 @@ def max_steps_for(cfg: DictConfig) -> int:
 RESUMABLE_CHANGES = ("trainer", "eval", "logger", "checkpoint", "resume", "train", "attention")
 
 
-def resume_checkpoint(cfg: DictConfig, out: Path) -> Path | None:
-    """The checkpoint to continue from (resume=auto|PATH), checked against this run's config;
-    None for a fresh run. A fresh run never writes over another run's checkpoints."""
+def resume_checkpoint(cfg: DictConfig, out: Path) -> tuple[Path | None, str | None]:
+    """The checkpoint to continue from (resume=auto|PATH), checked against this run's config,
+    and the W&B run id it stored; (None, None) for a fresh run. A fresh run never writes over
+    another run's checkpoints."""
     setting = cfg.get("resume")
     folder_ckpts = sorted(
         [p for p in [out / "checkpoints" / "last.ckpt"] if p.is_file()]
@@ -208,17 +209,18 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> Path | None:
                 f"{out} already holds a run's checkpoints; pass resume=auto to continue it, "
                 "or train in a new folder"
             )
-        return None
+        return None, None
     if setting == "auto":
         if not folder_ckpts:
             log.info("resume=auto: no checkpoint in %s yet; starting a new run", out)
-            return None
+            return None, None
         path = folder_ckpts[-1]
     else:
         path = Path(setting).expanduser()
         if path.is_dir():
             path = path / "checkpoints" / "last.ckpt"
-    stored = read_checkpoint(path)["hyper_parameters"]["config"]
+    ckpt = read_checkpoint(path)
+    stored = ckpt["hyper_parameters"]["config"]
     now = OmegaConf.to_container(cfg, resolve=True)
     for key in sorted(set(stored) | set(now)):
         if key in RESUMABLE_CHANGES or key.endswith("_name"):
@@ -231,7 +233,7 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> Path | None:
                 "options may change)"
             )
     log.info("resuming from %s", path)
-    return path
+    return path, ckpt.get("wandb_run_id")
 
 
 def _first_difference(a: Any, b: Any, key: str) -> str | None:
@@ -256,7 +258,7 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
     out = run_dir()
     check_run_config(cfg)  # bad input: one line before any data is read
     max_steps = max_steps_for(cfg)  # a process setup that cannot run fails before work
-    resume = resume_checkpoint(cfg, out)
+    resume, wandb_id = resume_checkpoint(cfg, out)
     torch.set_float32_matmul_precision("high")
     config = OmegaConf.to_container(cfg, resolve=True)
     # trainer.precision=auto becomes what this hardware runs fastest; the checkpoint and W&B
@@ -269,17 +271,10 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         "trainer.precision=%s -> %s on %s", cfg.trainer.get("precision"), precision, device_type
     )
     config["trainer"]["precision"] = precision
-    kernel = instantiate_checked(attention_config(config))
-    if not kernel.trains_on_cpu and device_type != "cuda":
-        raise ConfigError(
-            f"attention={kernel.name} trains on CUDA GPUs only (FlexAttention has no backward "
-            "pass on CPUs); train with attention=sdpa (evaluating with it works on CPUs)"
-        )
 
     datamodule = instantiate_checked(cfg.data, seed=cfg.seed)
     vocab_size = datamodule.vocab_size  # reads (or builds) the token cache: corpus errors here
     L.seed_everything(cfg.seed, workers=True)
-    wandb_id = read_checkpoint(resume).get("wandb_run_id") if resume else None
     logger = build_logger(config, out, wandb_id=wandb_id)
     module = LanguageModel(config, vocab_size)
     log.info(

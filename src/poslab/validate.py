@@ -266,29 +266,30 @@ def check_run_config(cfg: DictConfig) -> None:
     check_schema(cfg, TRAIN_SCHEMA)
     check_schema(cfg, EVAL_SCHEMA)
     from poslab.build import (  # torch, not before
-        LEGACY_MODEL_KEYS,
         attention_config,
         build_scheme,
+        gpt_config_of,
         instantiate_checked,
         scheme_with_overrides,
     )
-    from poslab.model import GPTConfig
+    from poslab.precision import device_type_of
 
     path = cfg.data.get("path")
     if path is not None and not Path(str(path)).expanduser().exists():
         raise ConfigError(f"data.path={path} does not exist; point it at a folder of split files")
     config = OmegaConf.to_container(cfg, resolve=True)
-    model_cfg = {
-        k: v
-        for k, v in config["model"].items()
-        if not k.startswith("_") and k not in LEGACY_MODEL_KEYS
-    }
-    try:
-        gpt_config = GPTConfig(vocab_size=2, **model_cfg)
-    except TypeError as err:
-        raise ConfigError(f"model: {err}") from None
+    gpt_config = gpt_config_of(config, vocab_size=2)
     scheme = build_scheme(config["pos"], gpt_config)
-    instantiate_checked(attention_config(config)).check(scheme, gpt_config.dropout)
+    kernel = instantiate_checked(attention_config(config))
+    kernel.check(scheme, gpt_config.dropout)
+    if (
+        not kernel.trains_on_cpu
+        and device_type_of(str(cfg.trainer.get("accelerator", "auto"))) != "cuda"
+    ):
+        raise ConfigError(
+            f"attention={kernel.name} trains on CUDA GPUs only (FlexAttention has no backward "
+            "pass on CPUs); train with attention=sdpa (evaluating with it works on CPUs)"
+        )
     scheme.check_length(scheme.max_training_position(cfg.data.seq_len))
     if cfg.eval.after_train:
         check_eval_config(cfg.eval)  # a typo fails now, not after training
