@@ -191,7 +191,8 @@ def test_cope_positions_and_interpolation():
         scheme.pos_emb.copy_(torch.arange(8 * 4).view(8, 4).float())
     q = torch.ones(1, 1, 1, 4)
     one = torch.tensor([[[[0.0]]]])  # sigmoid(0) = 0.5 -> p = 0.5 for the only key
-    out = scheme.modify_scores(one, q, torch.zeros(1, 1, dtype=torch.bool))
+    zero = torch.zeros(1)
+    out = scheme.modify_scores(one, q, q, torch.zeros(1, 1, dtype=torch.bool), zero, zero)
     e0, e1 = scheme.pos_emb[0].sum(), scheme.pos_emb[1].sum()
     assert out.item() == pytest.approx(0.5 * e0.item() + 0.5 * e1.item())
 

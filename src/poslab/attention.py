@@ -253,25 +253,38 @@ class Blockwise(AttentionKernel):
     name = "blockwise"
     serves = ("nothing", "bias", "scores")
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
+    def weights(
+        self, q: Tensor, k: Tensor, pos: Any, prepared: Any, layer: int, start: int, end: int
+    ) -> Tensor:
+        """fp32 attention probabilities (B or 1, H, end − start, end) of queries start..end−1
+        over keys 0..end−1, every scheme hook applied: the reference definition of attention
+        (also used by analysis tools that look at the weights)."""
         seq_len, scale = q.shape[-2], q.shape[-1] ** -0.5
         index = torch.arange(seq_len, device=q.device)
         positions = prepared.fp32
+        q_block = q[:, :, start:end]
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            q_block, keys = q_block.float(), k[:, :, :end].float()
+            scores = (q_block @ keys.transpose(-1, -2)) * scale
+            future = index[None, :end] > index[start:end, None]
+            if pos.needs == "bias":
+                # (H, Tq, Tk), or (B, H, Tq, Tk) for per-sequence positions: broadcasts
+                scores = scores + _bias_fn(pos, layer)(
+                    positions[..., start:end], positions[..., :end]
+                )
+            elif pos.needs == "scores":
+                scores = pos.modify_scores(
+                    scores, q_block, keys, future, positions[..., start:end],
+                    positions[..., :end], layer,
+                )  # fmt: skip
+            return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
+        seq_len = q.shape[-2]
         outputs = []
         for start in range(0, seq_len, self.block_size):
             end = min(start + self.block_size, seq_len)
-            q_block = q[:, :, start:end]
-            with torch.autocast(device_type=q.device.type, enabled=False):
-                scores = (q_block.float() @ k[:, :, :end].float().transpose(-1, -2)) * scale
-                future = index[None, :end] > index[start:end, None]
-                if pos.needs == "bias":
-                    # (H, Tq, Tk), or (B, H, Tq, Tk) for per-sequence positions: broadcasts
-                    scores = scores + _bias_fn(pos, layer)(
-                        positions[..., start:end], positions[..., :end]
-                    )
-                elif pos.needs == "scores":
-                    scores = pos.modify_scores(scores, q_block.float(), future, layer)
-                weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            weights = self.weights(q, k, pos, prepared, layer, start, end)
             weights = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
             outputs.append(weights.to(v.dtype) @ v[:, :, :end])
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)

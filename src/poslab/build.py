@@ -149,8 +149,10 @@ def _probe(scheme: Any, seq_len: int) -> list[Any]:
                     outputs.append(scheme.attention_bias(positions, positions))
                 if scheme.needs == "scores":
                     future = positions[None, :] > positions[:, None]
-                    scores = q @ k.transpose(-1, -2)
-                    outputs.append(scheme.modify_scores(scores, q, future))
+                    q_rot, k_rot = outputs[1:3]
+                    scores = q_rot @ k_rot.transpose(-1, -2)
+                    fp32 = prepared.fp32
+                    outputs.append(scheme.modify_scores(scores, q_rot, k_rot, future, fp32, fp32))
             results.append([o.numpy().tobytes() for o in outputs])
         except ConfigError as err:
             results.append(type(err).__name__)

@@ -137,9 +137,20 @@ class PositionalScheme(nn.Module):
         (through `attention_bias`) and FlexAttention's `score_mod`, which calls it with scalars."""
         raise NotImplementedError(f"{type(self).__name__} adds no attention bias")
 
-    def modify_scores(self, scores: Tensor, q: Tensor, future: Tensor, layer: int = 0) -> Tensor:
-        """For needs == "scores": the fp32 scores (B, H, Tq, Tk) of queries q (B, H, Tq, D) over
-        keys 0..Tk−1 (a query block: `future` (Tq, Tk) marks the masked keys) -> new scores."""
+    def modify_scores(
+        self,
+        scores: Tensor,
+        q: Tensor,
+        k: Tensor,
+        future: Tensor,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        layer: int = 0,
+    ) -> Tensor:
+        """For needs == "scores": the scaled fp32 scores (B, H, Tq, Tk) of queries q
+        (B, H, Tq, D) over keys k (B, H, Tk, D) (as `rotate` left them, fp32), a block of queries
+        at fp32 positions (…, Tq) over keys 0..Tk−1 at (…, Tk); `future` (Tq, Tk) marks the
+        masked keys -> new scores."""
         raise NotImplementedError(f"{type(self).__name__} does not change the scores")
 
     # -- checks and logs -----------------------------------------------------------------------

@@ -38,7 +38,16 @@ class CoPE(PositionalScheme):
         gates = torch.sigmoid(scores).masked_fill(future, 0.0)
         return gates.flip(-1).cumsum(-1).flip(-1)
 
-    def modify_scores(self, scores: Tensor, q: Tensor, future: Tensor, layer: int = 0) -> Tensor:
+    def modify_scores(
+        self,
+        scores: Tensor,
+        q: Tensor,
+        k: Tensor,
+        future: Tensor,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        layer: int = 0,
+    ) -> Tensor:
         pos = self.positions_from_scores(scores, future).clamp(max=self.npos - 1)
         logits = q.float() @ self.pos_emb.float().t()  # (B, H, Tq, npos): q·e[k]
         floor = pos.floor()
