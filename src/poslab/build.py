@@ -75,6 +75,24 @@ def build_scheme(pos_cfg: dict[str, Any], gpt_config: GPTConfig) -> Any:
     )
 
 
+def scheme_options(pos_cfg: dict[str, Any]) -> list[str]:
+    """The options a scheme's class takes, its own and those of the classes it extends (the
+    sizes the model passes left out)."""
+    import inspect
+
+    from hydra.utils import get_class
+
+    fixed = ("d_model", "n_head", "n_layer")
+    options: list[str] = []
+    for cls in get_class(pos_cfg["_target_"]).__mro__:
+        if "__init__" in vars(cls):
+            for name, param in inspect.signature(cls.__init__).parameters.items():
+                keyword = param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+                if keyword and name != "self" and name not in fixed and name not in options:
+                    options.append(name)
+    return options
+
+
 def scheme_with_overrides(
     pos_cfg: dict[str, Any],
     overrides: dict[str, Any],
@@ -86,19 +104,10 @@ def scheme_with_overrides(
     keep its parameters' shapes (so a checkpoint's weights still load), and to change what the
     scheme computes for the trained weights (`trained_state`, the scheme's part of a checkpoint;
     else the fresh scheme's): an override that would silently do nothing is an error."""
-    import inspect
-
     from hydra.utils import get_class
 
     target = get_class(pos_cfg["_target_"])
-    fixed = ("d_model", "n_head", "n_layer")
-    options: list[str] = []  # the options of the class and of the classes it extends
-    for cls in target.__mro__:
-        if "__init__" in vars(cls):
-            for name, param in inspect.signature(cls.__init__).parameters.items():
-                keyword = param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
-                if keyword and name != "self" and name not in fixed and name not in options:
-                    options.append(name)
+    options = scheme_options(pos_cfg)
     for key in overrides:
         if key not in options:
             raise ConfigError(

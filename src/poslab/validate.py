@@ -256,6 +256,9 @@ def check_eval_config(eval_cfg: Any) -> None:
         raise ConfigError(
             f"eval.pos_overrides={overrides!r} must be a mapping, e.g. {{beyond_table: clamp}}"
         )
+    from poslab.positions import eval_variant_options
+
+    eval_variant_options(eval_cfg)  # the eval-time variant's own options
 
 
 def check_run_config(cfg: DictConfig) -> None:
@@ -272,6 +275,7 @@ def check_run_config(cfg: DictConfig) -> None:
         instantiate_checked,
         scheme_with_overrides,
     )
+    from poslab.positions import eval_overrides
     from poslab.precision import device_type_of
 
     path = cfg.data.get("path")
@@ -293,10 +297,11 @@ def check_run_config(cfg: DictConfig) -> None:
     scheme.check_length(scheme.max_training_position(cfg.data.seq_len))
     if cfg.eval.after_train:
         check_eval_config(cfg.eval)  # a typo fails now, not after training
-        overrides = config["eval"].get("pos_overrides") or {}
-        if overrides:  # the scheme the evaluation will use
-            scheme = scheme_with_overrides(config["pos"], overrides, gpt_config, cfg.data.seq_len)
         lengths = eval_lengths(cfg.eval, cfg.data.seq_len)
+        # the scheme the evaluation will use at its longest length (eval-time variants included)
+        overrides = eval_overrides(config["eval"], config["pos"], lengths[-1], cfg.data.seq_len)
+        if overrides:
+            scheme = scheme_with_overrides(config["pos"], overrides, gpt_config, cfg.data.seq_len)
         if cfg.eval.unsupported == "error":
             for length in lengths:
                 scheme.check_length(cfg.eval.position_offset + length - 1)

@@ -15,6 +15,7 @@ from poslab.data import EOS, TokenCache
 from poslab.errors import ConfigError
 from poslab.evaluation.perplexity import score
 from poslab.evaluation.report import markdown, metric_name, write_reports
+from poslab.positions import eval_overrides, eval_variant_label
 from poslab.precision import AUTOCAST_DTYPE, resolve_precision
 from poslab.validate import check_eval_config, eval_lengths, max_tokens_setting, require
 
@@ -67,10 +68,19 @@ def evaluate_checkpoint(
     if isinstance(eval_cfg, DictConfig):
         eval_cfg = OmegaConf.create(OmegaConf.to_container(eval_cfg, resolve=True))
     check_eval_config(eval_cfg)
-    pos_overrides = OmegaConf.to_container(eval_cfg.pos_overrides) if eval_cfg.pos_overrides else {}
-    model, config = load_checkpoint(ckpt, pos_overrides)
+    trained = read_checkpoint(ckpt)["hyper_parameters"]["config"]
+    train_length = int(trained["data"]["seq_len"])
+    lengths = eval_lengths(eval_cfg, train_length)
+    # eval.pos_overrides, plus an eval-time variant (RoPE scaling) whose factor may follow the
+    # length: each length gets the scheme options it needs, checked before any work
+    overrides_at = {n: eval_overrides(eval_cfg, trained["pos"], n, train_length) for n in lengths}
     device = pick_device(eval_cfg.device)
-    model.to(device)
+    variants: dict[str, Any] = {}  # overrides -> the model (built once each, checked up front)
+    for length in lengths:
+        key = repr(overrides_at[length])
+        if key not in variants:
+            variants[key] = load_checkpoint(ckpt, overrides_at[length])
+    model, config = next(iter(variants.values()))
     precision = resolve_precision(eval_cfg.precision, device.type, key="eval.precision")
     log.info("evaluating on %s with precision %s", device, precision)
     overrides = {"path": data_path} if data_path else {}
@@ -95,17 +105,17 @@ def evaluate_checkpoint(
                 flush=True,
             )
     split = split.after_line_end(cache.tokenizer().token_to_id(EOS))
-    train_length = int(config["data"]["seq_len"])
-    lengths = eval_lengths(eval_cfg, train_length)
     offset = int(eval_cfg.position_offset)
     bucket = int(eval_cfg.bucket_size or max(1, train_length // 32))
     scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
+    variant = eval_variant_label(eval_cfg)
+    scheme = f"{scheme} + {variant}" if variant else scheme
     word_level = bool(config["data"].get("word_level"))
 
     unsupported: dict[int, str] = {}  # every length checked before the first window is scored
     for length in lengths:
         try:
-            model.pos.check_length(offset + length - 1)
+            variants[repr(overrides_at[length])][0].pos.check_length(offset + length - 1)
         except ConfigError as err:
             if eval_cfg.unsupported == "error":
                 raise
@@ -120,13 +130,14 @@ def evaluate_checkpoint(
                 "scheme": scheme, "train_length": train_length, "mode": mode,
                 "split": eval_cfg.split, "length": length, "factor": length / train_length,
                 "word_level": word_level, "position_offset": offset, "status": "ok",
-                "vocab_size": model.config.vocab_size,
+                "vocab_size": model.config.vocab_size, "variant": variant,
             }  # fmt: skip
             if length in unsupported:
                 rows.append({**row, "status": f"skipped: {unsupported[length]}"})
                 continue
             # the stride is capped at the window, so one eval.stride serves every length
             stride = min(length, int(eval_cfg.stride or max(1, length // 2)))
+            model = variants[repr(overrides_at[length])][0].to(device)
             result = score(
                 model, split, length, mode, stride if mode == "sliding" else None,
                 batch_size=eval_cfg.batch_size, position_offset=offset, bucket_size=bucket,

@@ -33,6 +33,85 @@ def scheme_configs(seq_len: int = 64) -> dict[str, dict[str, Any]]:
     return configs
 
 
+def eval_variant_options(eval_cfg: Any) -> dict[str, Any] | None:
+    """The eval-time RoPE context extension asked for (eval.rope_scaling, eval.logn_scaling),
+    checked, with `factor` as given (a number or `auto`); None when none is."""
+    from poslab.errors import ConfigError
+    from poslab.positions.rope_scaling import RopeScaling
+    from poslab.validate import boolean, require
+
+    eval_cfg = _plain(eval_cfg)
+    given = dict(eval_cfg.get("rope_scaling") or {})
+    logn = eval_cfg.get("logn_scaling", False)
+    require("eval.logn_scaling", logn, boolean())
+    kind = given.get("kind", "none")
+    if kind == "none" and not logn:
+        return None
+    options = {**given, "logn": logn}
+    factor = options.get("factor", "auto")
+    if factor != "auto":  # checked now; `auto` is resolved per evaluation length
+        require("eval.rope_scaling.factor", factor, _factor_check)
+    try:
+        RopeScaling(**{**options, "factor": 1.0, "train_length": 1})  # every other option
+    except TypeError as err:
+        raise ConfigError(f"eval.rope_scaling: {err}") from None
+    return options
+
+
+def _plain(cfg: Any) -> Any:
+    from omegaconf import DictConfig, OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def _factor_check(value: Any) -> str | None:
+    from poslab.validate import number
+
+    problem = number(ge=1)(value)
+    return None if problem is None else f"{problem} or auto (= eval length / training length)"
+
+
+def eval_variant_label(eval_cfg: Any) -> str:
+    """A short name of the eval-time variant for tables (`yarn s=auto +logn`), or ''."""
+    options = eval_variant_options(eval_cfg)
+    if options is None:
+        return ""
+    from poslab.positions.rope_scaling import RopeScaling
+
+    factor = options.get("factor", "auto")
+    shown = "auto" if factor == "auto" else f"{float(factor):g}"
+    return RopeScaling(**{**options, "factor": 1.0, "train_length": 1}).label(shown)
+
+
+def eval_overrides(
+    eval_cfg: Any, pos_cfg: dict[str, Any], length: int, train_length: int
+) -> dict[str, Any]:
+    """The scheme options an evaluation at `length` changes: eval.pos_overrides, plus the
+    `scaling` option of the eval-time RoPE context extension with its factor for this length
+    (left out where it is the identity: a factor of 1 for pi, ntk and yarn)."""
+    from poslab.build import scheme_options
+    from poslab.errors import ConfigError
+    from poslab.positions.rope_scaling import resolve_factor
+
+    eval_cfg = _plain(eval_cfg)
+    overrides = dict(eval_cfg.get("pos_overrides") or {})
+    options = eval_variant_options(eval_cfg)
+    if options is None:
+        return overrides
+    if "scaling" not in scheme_options(pos_cfg):
+        target = pos_cfg["_target_"].rsplit(".", 1)[-1]
+        raise ConfigError(
+            f"eval.rope_scaling and eval.logn_scaling act on rotary schemes (rope, xpos), not "
+            f"on {target}; set eval.rope_scaling.kind=none and eval.logn_scaling=false"
+        )
+    kind = options.get("kind", "none")
+    factor = resolve_factor(kind, options.get("factor", "auto"), length, train_length)
+    if factor == 1 and kind in ("none", "pi", "ntk", "yarn") and not options["logn"]:
+        return overrides
+    overrides["scaling"] = {**options, "factor": factor, "train_length": train_length}
+    return overrides
+
+
 def build_scheme(name: str, d_model: int, n_head: int, seq_len: int = 64, **options: Any) -> Any:
     """A scheme of conf/pos/ by name, with `options` over its YAML defaults."""
     from poslab.build import instantiate_checked
@@ -41,4 +120,12 @@ def build_scheme(name: str, d_model: int, n_head: int, seq_len: int = 64, **opti
     return instantiate_checked(config, d_model=d_model, n_head=n_head)
 
 
-__all__ = ["PositionalScheme", "build_scheme", "scheme_configs", "scheme_names"]
+__all__ = [
+    "PositionalScheme",
+    "build_scheme",
+    "eval_overrides",
+    "eval_variant_label",
+    "eval_variant_options",
+    "scheme_configs",
+    "scheme_names",
+]

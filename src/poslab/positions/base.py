@@ -41,6 +41,7 @@ from poslab.errors import ConfigError
 from poslab.validate import integer, require
 
 NEEDS = ("nothing", "bias", "scores")  # as poslab.attention.NEEDS
+POSITION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @dataclass
@@ -55,16 +56,23 @@ class Prepared:
 class PositionalScheme(nn.Module):
     """Base class: the identity for every hook (which is exactly the `nope` scheme).
 
-    Options every scheme takes (besides its own): ``n_layer`` (for per-layer parameters) and
+    Options every scheme takes (besides its own): ``n_layer`` (for per-layer parameters),
     ``randomize_max`` (Ruoss et al. 2023: train on a sorted random subset of [0, N) instead of
-    0..L−1, a new draw per sequence; evaluation uses 0..T−1)."""
+    0..L−1, a new draw per sequence; evaluation uses 0..T−1) and ``position_dtype`` (``fp32``;
+    ``bf16`` reproduces on purpose the bug of implementations that computed positions in bf16,
+    where integers above 256 collide: an ablation, never a default)."""
 
     needs: ClassVar[str] = "nothing"  # what the attention kernel must provide (NEEDS)
     reads_positions: ClassVar[bool] = True  # False: positions change nothing (nope)
     position_axes: ClassVar[int] = 0  # 0: one position per token; A: (…, T, A)
 
     def __init__(
-        self, d_model: int, n_head: int, n_layer: int = 1, randomize_max: int | None = None
+        self,
+        d_model: int,
+        n_head: int,
+        n_layer: int = 1,
+        randomize_max: int | None = None,
+        position_dtype: str = "fp32",
     ) -> None:
         super().__init__()
         self.d_model = d_model
@@ -79,6 +87,11 @@ class PositionalScheme(nn.Module):
                 "set pos.randomize_max=null"
             )
         self.randomize_max = randomize_max
+        if position_dtype not in POSITION_DTYPES:
+            raise ConfigError(
+                f"pos.position_dtype={position_dtype!r}; choose one of {tuple(POSITION_DTYPES)}"
+            )
+        self.position_dtype = position_dtype
 
     # -- positions -----------------------------------------------------------------------------
 
@@ -102,7 +115,15 @@ class PositionalScheme(nn.Module):
 
     def prepare(self, positions: Tensor) -> Prepared:
         """Positions -> what the hooks need; schemes extend it (rotary adds cos/sin)."""
-        return Prepared(positions, fp32_positions(positions))
+        return Prepared(positions, self.position_values(positions))
+
+    def position_values(self, positions: Tensor) -> Tensor:
+        """Positions as the scheme computes with them: fp32 (exact below 2**24), or with
+        position_dtype=bf16 rounded to bf16 first (the bug: 257 and 258 become 256 and 258)."""
+        values = fp32_positions(positions)
+        if self.position_dtype == "bf16":
+            values = values.to(torch.bfloat16).float()
+        return values
 
     def prepared(self, positions: Tensor | Prepared) -> Prepared:
         return positions if isinstance(positions, Prepared) else self.prepare(positions)

@@ -24,7 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
-from poslab.positions.base import PositionalScheme, Prepared, fp32_positions
+from poslab.positions.base import PositionalScheme, Prepared
+from poslab.positions.rope_scaling import RopeScaling
 from poslab.validate import boolean, number, require
 
 PAIRINGS = ("interleaved", "half")
@@ -62,6 +63,9 @@ def rotate(x: Tensor, angles_or_rotation: Tensor | tuple[Tensor, ...], pairing: 
     return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
 
 
+THETA_PARAMS = ("raw", "log")
+
+
 class Rotary(PositionalScheme):
     def __init__(
         self,
@@ -71,6 +75,8 @@ class Rotary(PositionalScheme):
         pairing: str = "interleaved",
         fraction: float = 1.0,
         learnable_theta: bool = False,
+        theta_param: str = "raw",
+        scaling: dict[str, Any] | None = None,
         **common: Any,
     ) -> None:
         super().__init__(d_model, n_head, **common)
@@ -79,8 +85,8 @@ class Rotary(PositionalScheme):
         require("pos.fraction", fraction, number(gt=0, le=1))
         if pairing not in PAIRINGS:
             raise ConfigError(f"pos.pairing={pairing!r}; choose one of {PAIRINGS}")
-        if not 0.0 < fraction <= 1.0:
-            raise ConfigError(f"pos.fraction={fraction} must be in (0, 1]")
+        if theta_param not in THETA_PARAMS:
+            raise ConfigError(f"pos.theta_param={theta_param!r}; choose one of {THETA_PARAMS}")
         rotary_dims = round(self.head_dim * fraction)
         if rotary_dims % 2 or rotary_dims == 0:
             raise ConfigError(
@@ -92,42 +98,115 @@ class Rotary(PositionalScheme):
         self.base = float(base)
         theta = rope_theta(rotary_dims, self.base)
         # The θ of the RoFormer ablation: trainable, shared by all layers and heads, started at
-        # base^(-2i/R). theta_init is kept to report how far training moved it. A fixed θ is
-        # derived state, rebuilt from pos.base (not saved), so an eval-time base takes effect.
+        # base^(-2i/R), learned as is (`raw`: Adam moves each θ_i by about the learning rate per
+        # step, a huge relative step for the low frequencies) or as log θ (`log`: every step a
+        # relative change). theta_init is kept to report how far training moved it. A fixed θ
+        # is derived state, rebuilt from pos.base (not saved), so an eval-time base takes effect.
         self.register_buffer("theta_init", theta.clone(), persistent=False)
-        if learnable_theta:
+        self.theta_param = theta_param if learnable_theta else None
+        if not learnable_theta:
+            self.register_buffer("theta", theta, persistent=False)
+        elif theta_param == "raw":
             self.theta = nn.Parameter(theta)
         else:
-            self.register_buffer("theta", theta, persistent=False)
+            self.log_theta = nn.Parameter(theta.log())
+        # eval-time context extension (rope_scaling.py): set through eval.rope_scaling
+        self.scaling = RopeScaling.from_options(scaling)
+        if self.scaling is not None and self.scaling.kind == "rerope":
+            self.needs = "scores"  # two score matrices merged by distance: the raw scores
 
-    def angles(self, positions: Tensor) -> Tensor:
-        """(…, T, R/2) fp32 angles m·θ_i for positions (…, T)."""
+    def frequencies(self) -> Tensor:
+        """θ_i (fp32), as trained."""
+        if self.theta_param == "log":
+            return self.log_theta.float().exp()
+        return self.theta.float()
+
+    def angles(self, positions: Tensor, length: int | None = None) -> Tensor:
+        """(…, T, R/2) fp32 angles m·θ_i for fp32 positions (…, T), with the eval-time scaling
+        of a forward over `length` positions (default: the last axis of `positions`)."""
         with torch.autocast(device_type=positions.device.type, enabled=False):
-            return fp32_positions(positions)[..., None] * self.theta.float()
+            theta = self.frequencies()
+            scaling = self.scaling
+            if scaling is not None:
+                theta = scaling.theta(theta, self.rotary_dims, length or positions.shape[-1])
+                positions = positions * scaling.position_scale
+            if self.position_dtype == "bf16":  # the bug, on purpose: the product in bf16
+                bf16 = torch.bfloat16
+                return (positions.to(bf16)[..., None] * theta.to(bf16)).float()
+            return positions[..., None] * theta
 
     def prepare(self, positions: Tensor) -> Prepared:
         prepared = super().prepare(positions)
         with torch.autocast(device_type=positions.device.type, enabled=False):
-            angles = self.angles(prepared.fp32)
+            length = positions.shape[-1]
+            if self.scaling is not None and self.scaling.kind == "dynamic_ntk":
+                length = int(prepared.fp32.max()) + 1  # HF: the largest position + 1
+            angles = self.angles(prepared.fp32, length)
             if angles.dim() == 3:  # per-sequence positions (B, T): a head axis for (B, H, T, D)
                 angles = angles[:, None]
-            prepared.extra["rope"] = rotation(angles, self.pairing)
+            rot = rotation(angles, self.pairing)
+            if self.scaling is not None and self.scaling.attention_factor != 1:
+                rot = tuple(r * self.scaling.attention_factor for r in rot)  # YaRN temperature
+            prepared.extra["rope"] = rot
+            if self.scaling is not None and self.scaling.logn:
+                logn = self.scaling.query_scale(prepared.fp32)[..., None]  # (…, T, 1)
+                prepared.extra["logn"] = logn[:, None] if logn.dim() == 3 else logn
         return prepared
 
     def rotate(
         self, q: Tensor, k: Tensor, positions: Tensor | Prepared, layer: int = 0
     ) -> tuple[Tensor, Tensor]:
-        rot = self.prepared(positions).extra["rope"]
+        prepared = self.prepared(positions)
+        if "logn" in prepared.extra:
+            with torch.autocast(device_type=q.device.type, enabled=False):
+                q = (q.float() * prepared.extra["logn"]).to(q.dtype)
+        if self.needs == "scores":  # ReRoPE rotates inside modify_scores
+            return q, k
+        rot = prepared.extra["rope"]
+        return self._rotate(q, rot), self._rotate(k, rot)
+
+    def _rotate(self, x: Tensor, rot: tuple[Tensor, ...]) -> Tensor:
+        """The rotary dims of x (…, T, D) turned by `rot` in fp32; the others pass through."""
         r = self.rotary_dims
-        with torch.autocast(device_type=q.device.type, enabled=False):
-            q_rot = rotate(q[..., :r].float(), rot, self.pairing).to(q.dtype)
-            k_rot = rotate(k[..., :r].float(), rot, self.pairing).to(k.dtype)
-        if r == q.shape[-1]:
-            return q_rot, k_rot
-        return torch.cat((q_rot, q[..., r:]), dim=-1), torch.cat((k_rot, k[..., r:]), dim=-1)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            turned = rotate(x[..., :r].float(), rot, self.pairing).to(x.dtype)
+        return turned if r == x.shape[-1] else torch.cat((turned, x[..., r:]), dim=-1)
+
+    def modify_scores(
+        self,
+        scores: Tensor,
+        q: Tensor,
+        k: Tensor,
+        future: Tensor,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        layer: int = 0,
+    ) -> Tensor:
+        """ReRoPE: plain rotary scores for keys within the window, and beyond it the scores of
+        queries turned to the window's distance (leaky: w + (m − n − w)/k) over keys at 0."""
+        window, leak = self.scaling.rerope_window(), self.scaling.leaky
+        scale = q.shape[-1] ** -0.5
+
+        def turned(x: Tensor, positions: Tensor) -> Tensor:
+            angles = self.angles(positions)
+            return self._rotate(x, rotation(angles[:, None] if angles.dim() == 3 else angles,
+                                            self.pairing))  # fmt: skip
+
+        near = turned(q, q_positions) @ turned(k, k_positions).transpose(-1, -2) * scale
+        if leak is None:  # every key beyond the window is seen at distance w
+            far_q, far_k = turned(q, torch.full_like(q_positions, window)), k
+        else:  # relative position (m − n)/k + w(1 − 1/k) = w + (m − n − w)/k
+            far_q = turned(q, q_positions / leak + window * (1 - 1 / leak))
+            far_k = turned(k, k_positions / leak)
+        far = far_q @ far_k.transpose(-1, -2) * scale
+        distance = q_positions[..., :, None] - k_positions[..., None, :]
+        if distance.dim() == 3:  # per-sequence positions: a head axis
+            distance = distance[:, None]
+        return torch.where(distance < window, near, far)
 
     def metrics(self) -> dict[str, Tensor]:
-        if not isinstance(self.theta, nn.Parameter):
+        if self.theta_param is None:
             return {}
-        rel = ((self.theta.detach() - self.theta_init) / self.theta_init).abs()
+        theta = self.frequencies().detach()
+        rel = ((theta - self.theta_init) / self.theta_init).abs()
         return {"theta_rel_change_mean": rel.mean(), "theta_rel_change_max": rel.max()}

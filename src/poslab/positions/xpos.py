@@ -29,6 +29,11 @@ class XPos(Rotary):
         self, d_model: int, n_head: int, scale_base: float = 512.0, **options: Any
     ) -> None:
         super().__init__(d_model, n_head, **options)
+        if self.needs == "scores":
+            raise ConfigError(
+                "eval.rope_scaling.kind=rerope is defined for plain rotary (pos=rope), not xpos; "
+                "use pi, ntk, dynamic_ntk or yarn"
+            )
         require("pos.scale_base", scale_base, number(gt=0))
         self.scale_base = float(scale_base)
         i = torch.arange(0, self.rotary_dims, 2, dtype=torch.float32)

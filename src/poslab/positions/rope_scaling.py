@@ -1,0 +1,173 @@
+"""Eval-time RoPE context extension: read past the training length L without retraining.
+
+s is the scaling factor (L_eval / L_train, or fixed), R the rotated dims, θ_i = base^(−2i/R).
+
+* ``pi`` (Position Interpolation, Chen et al. 2023): positions m → m/s, so every angle stays
+  inside the range seen in training.
+* ``ntk`` (NTK-aware, bloc97 2023): base → base·s^(R/(R−2)), i.e. θ_i → θ_i·s^(−2i/(R−2)): the
+  highest frequency is kept, the lowest is interpolated by exactly s.
+* ``dynamic_ntk``: the NTK base recomputed from the length T of each forward (Hugging Face's
+  ``_compute_dynamic_ntk_parameters``): base·((s·T/L) − (s − 1))^(R/(R−2)) for T > L, else
+  base. The length is already read from the input, so ``factor: auto`` means s = 1 here, which
+  is NTK with s = T/L.
+* ``yarn`` (Peng et al. 2023): per frequency, r_i = L/λ_i turns of the wavelength
+  λ_i = 2π/θ_i within L; ramp γ_i = clamp((r_i − α)/(β − α), 0, 1), α = ``beta_slow`` (1),
+  β = ``beta_fast`` (32); θ'_i = (1 − γ_i)·θ_i/s + γ_i·θ_i (frequencies that turn more than β
+  times are kept, fewer than α are interpolated as PI), and cos/sin are multiplied by
+  0.1·ln s + 1, so q·k carries the attention temperature (0.1·ln s + 1)². The ramp is linear in
+  r_i as in the paper; the reference code (jquesnelle/yarn) ramps linearly over the dim index
+  between the rounded boundary dims, which differs slightly inside the ramp.
+* ``rerope`` (Su 2023): the relative position min(m − n, w) for a window w: inside the window
+  plain rotary; beyond it every key is seen at distance w. With ``leaky: k`` the distance beyond
+  the window grows as w + (m − n − w)/k. Needs the raw scores (attention=blockwise, chosen by
+  attention=auto): two score matrices merged by the distance mask, as bojone/rerope does.
+* ``logn`` (Su; Qwen's ``use_logn_attn``), combinable with any kind: queries at position m are
+  multiplied by max(1, log(m + 1)/log L), keeping the attention entropy of long inputs near the
+  trained one.
+
+A factor of 1 (and kind ``none``) leaves the computation bit-identical to no scaling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from poslab.errors import ConfigError
+from poslab.validate import boolean, integer, number, require
+
+KINDS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "rerope")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    kind: str = "none"
+    factor: float = 1.0  # s
+    train_length: int = 0  # L: the length the model was trained at
+    beta_fast: float = 32.0  # YaRN β: frequencies turning more often than this are kept
+    beta_slow: float = 1.0  # YaRN α: frequencies turning less often than this are interpolated
+    window: int | None = None  # ReRoPE w (null: the training length)
+    leaky: float | None = None  # ReRoPE: beyond w the distance grows by 1/leaky per token
+    logn: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"eval.rope_scaling.kind={self.kind!r}; choose one of {KINDS}")
+        require("eval.rope_scaling.factor", self.factor, number(ge=1))
+        require("eval.rope_scaling.train_length", self.train_length, integer(1))
+        require("eval.rope_scaling.beta_fast", self.beta_fast, number(gt=0))
+        require("eval.rope_scaling.beta_slow", self.beta_slow, number(gt=0))
+        if self.kind == "yarn" and self.beta_slow >= self.beta_fast:
+            raise ConfigError(
+                f"eval.rope_scaling.beta_slow={self.beta_slow} must be below beta_fast="
+                f"{self.beta_fast} (YaRN: α = beta_slow = 1, β = beta_fast = 32)"
+            )
+        require("eval.rope_scaling.window", self.window, integer(1, null=True))
+        require("eval.rope_scaling.leaky", self.leaky, number(gt=1, null=True))
+        require("eval.rope_scaling.logn", self.logn, boolean())
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> RopeScaling | None:
+        """The scaling of a scheme option (a mapping; None or kind none without logn: none)."""
+        if not options:
+            return None
+        if not isinstance(options, Mapping):
+            raise ConfigError(f"pos.scaling={options!r} must be a mapping of scaling options")
+        options = dict(options)
+        unknown = set(options) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(
+                f"eval.rope_scaling has no option {sorted(unknown)[0]!r} (it has: "
+                f"{', '.join(cls.__dataclass_fields__)})"
+            )
+        scaling = cls(**options)
+        return None if scaling.is_identity() else scaling
+
+    def options(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def is_identity(self) -> bool:
+        return self.kind == "none" and not self.logn
+
+    @property
+    def rescales_theta(self) -> bool:
+        """Whether the frequencies change (a factor of 1 changes nothing, bit for bit)."""
+        return self.kind in ("ntk", "yarn") and self.factor != 1 or self.kind == "dynamic_ntk"
+
+    # -- what each kind changes ----------------------------------------------------------------
+
+    def theta(self, theta: Tensor, rotary_dims: int, length: int) -> Tensor:
+        """The frequencies θ'_i (fp32) for a forward over `length` positions."""
+        if not self.rescales_theta:
+            return theta
+        i = torch.arange(theta.shape[-1], dtype=torch.float32, device=theta.device)
+        exponent = -2 * i / rotary_dims  # base·α gives θ_i·α^(−2i/R), for any trained θ
+        if self.kind == "ntk":
+            alpha = self.factor ** (rotary_dims / (rotary_dims - 2))
+            return theta * alpha**exponent
+        if self.kind == "dynamic_ntk":
+            if length <= self.train_length:
+                return theta
+            s = self.factor
+            alpha = (s * length / self.train_length - (s - 1)) ** (rotary_dims / (rotary_dims - 2))
+            return theta * alpha**exponent
+        ramp = self.yarn_ramp(theta)  # yarn
+        return (1 - ramp) * theta / self.factor + ramp * theta
+
+    def yarn_ramp(self, theta: Tensor) -> Tensor:
+        """γ_i: 1 where frequency i turns more than β times within L (kept), 0 below α
+        (interpolated), linear in r_i between."""
+        turns = self.train_length * theta / (2 * math.pi)  # r_i = L / λ_i
+        ramp = (turns - self.beta_slow) / (self.beta_fast - self.beta_slow)
+        return ramp.clamp(0.0, 1.0)
+
+    @property
+    def position_scale(self) -> float:
+        """PI: positions are divided by s."""
+        return 1.0 / self.factor if self.kind == "pi" and self.factor != 1 else 1.0
+
+    @property
+    def attention_factor(self) -> float:
+        """YaRN: cos and sin (so q and k each) times 0.1·ln s + 1."""
+        return 0.1 * math.log(self.factor) + 1.0 if self.kind == "yarn" else 1.0
+
+    def query_scale(self, positions: Tensor) -> Tensor | None:
+        """log-n: max(1, log(m + 1)/log L) per query position (fp32), or None."""
+        if not self.logn:
+            return None
+        return (torch.log(positions + 1) / math.log(self.train_length)).clamp(min=1.0)
+
+    def rerope_window(self) -> int:
+        return self.window or self.train_length
+
+    def label(self, factor: str | None = None) -> str:
+        """A short name for tables, `yarn s=4 +logn`; `factor` shows it as given (`auto`)."""
+        shown = factor or f"{self.factor:g}"
+        parts = [] if self.kind == "none" else [self.kind]
+        if self.kind in ("pi", "ntk", "yarn") or (
+            self.kind == "dynamic_ntk" and shown not in ("1", "auto")
+        ):
+            parts.append(f"s={shown}")
+        if self.kind == "rerope":
+            parts.append(f"w={self.window}" if self.window else "w=L")
+            if self.leaky:
+                parts.append(f"k={self.leaky:g}")
+        if self.logn:
+            parts.append("+logn")
+        return " ".join(parts)
+
+
+def resolve_factor(kind: str, factor: Any, eval_length: int, train_length: int) -> float:
+    """eval.rope_scaling.factor for one evaluation length: `auto` is L_eval / L_train (at least
+    1), except for dynamic_ntk, which reads the length itself (s = 1)."""
+    if factor == "auto":
+        if kind == "dynamic_ntk":
+            return 1.0
+        return max(1.0, eval_length / train_length)
+    require("eval.rope_scaling.factor", factor, number(ge=1))
+    return float(factor)
