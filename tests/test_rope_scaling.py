@@ -98,9 +98,7 @@ def test_ntk_kinds_change_only_the_base(kind, pairing, fraction):
 
 
 @pytest.mark.parametrize("pairing,fraction", LAYOUTS)
-def test_yarn_keeps_fast_dims_interpolates_slow_ones_and_scales_the_temperature(
-    pairing, fraction
-):
+def test_yarn_keeps_fast_dims_interpolates_slow_ones_and_scales_the_temperature(pairing, fraction):
     scaling = RopeScaling("yarn", 8.0, 64, beta_fast=8.0, beta_slow=1.0)
     scheme = rope(pairing, fraction, kind="yarn", factor=8.0, beta_fast=8.0)
     theta = scheme.frequencies()
@@ -135,8 +133,10 @@ def test_rerope_is_plain_inside_the_window_and_as_documented_beyond(pairing, fra
     # beyond: the plain rotary score of the same vectors at the documented relative distance
     far = distance >= window
     m, n = torch.nonzero(far, as_tuple=True)
-    effective = torch.full_like(m, window, dtype=torch.float32) if leaky is None else (
-        window + (m - n - window) / leaky
+    effective = (
+        torch.full_like(m, window, dtype=torch.float32)
+        if leaky is None
+        else (window + (m - n - window) / leaky)
     )
     plain_scheme = rope(pairing, fraction)
     qm = plain_scheme.rotate(q[:, :, m], q[:, :, m], effective)[0]  # q at the distance, k at 0
