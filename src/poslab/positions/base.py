@@ -146,8 +146,8 @@ class PositionalScheme(nn.Module):
         a faster form. Only called when needs == "bias"."""
         with torch.autocast(device_type=q_positions.device.type, enabled=False):
             heads = torch.arange(self.n_head, device=q_positions.device)
-            q = fp32_positions(q_positions)[..., None, :, None]
-            k = fp32_positions(k_positions)[..., None, None, :]
+            q = self.position_values(q_positions)[..., None, :, None]
+            k = self.position_values(k_positions)[..., None, None, :]
             return self.score_bias(heads[:, None, None], q, k, layer)
 
     def score_bias(
