@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import train_in_process
 from test_eval import eval_cfg
 
 from poslab.errors import ConfigError
@@ -212,10 +213,21 @@ KINDS = [
 ]  # fmt: skip
 
 
-def test_every_kind_evaluates_a_rope_checkpoint_at_16x(trained_runs, tmp_path):
-    ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"
-    base = {r["length"]: r for r in evaluate_checkpoint(ckpt, eval_cfg(factors=[1, 16]),
-                                                        out_dir=tmp_path / "plain")}  # fmt: skip
+@pytest.fixture(scope="module")
+def rope_checkpoints(trained_runs, corpus, tmp_path_factory) -> dict[str, object]:
+    """A trained rope checkpoint in each pairing."""
+    half = tmp_path_factory.mktemp("half") / "run"
+    train_in_process("rope", corpus, half, ["pos.pairing=half"])
+    interleaved = trained_runs["rope"][0]
+    return {p: r / "checkpoints" / "best.ckpt" for p, r in [("interleaved", interleaved),
+                                                             ("half", half)]}  # fmt: skip
+
+
+@pytest.mark.parametrize("pairing", ["interleaved", "half"])
+def test_every_kind_evaluates_a_rope_checkpoint_at_16x(rope_checkpoints, pairing, tmp_path):
+    ckpt = rope_checkpoints[pairing]
+    plain = evaluate_checkpoint(ckpt, eval_cfg(factors=[1, 16]), out_dir=tmp_path / "plain")
+    base = {r["length"]: r for r in plain}
     for i, scaling in enumerate(KINDS):
         for logn in (False, True):
             cfg = eval_cfg(factors=[1, 16], rope_scaling=scaling, logn_scaling=logn)

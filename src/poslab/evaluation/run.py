@@ -108,7 +108,9 @@ def evaluate_checkpoint(
     offset = int(eval_cfg.position_offset)
     bucket = int(eval_cfg.bucket_size or max(1, train_length // 32))
     scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
-    variant = eval_variant_label(eval_cfg)
+    # an eval-time change of the scheme is part of the row's name: `rope + yarn s=auto`
+    parts = [f"{k}={v}" for k, v in (eval_cfg.get("pos_overrides") or {}).items()]
+    variant = ", ".join(p for p in [*parts, eval_variant_label(eval_cfg)] if p)
     scheme = f"{scheme} + {variant}" if variant else scheme
     word_level = bool(config["data"].get("word_level"))
 
