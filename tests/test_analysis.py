@@ -254,3 +254,15 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_bf16_positions_keep_the_integers_bf16_holds_and_fp32_keeps_all():
+    from poslab.analysis import position_collisions
+
+    fp32 = position_collisions(8192, "fp32", d_model=64, n_head=4)
+    assert fp32["exact_positions"] == fp32["distinct_angle_vectors"] == 1.0
+    assert fp32["wrong_alibi_distances"] == 0.0
+    bf16 = position_collisions(8192, "bf16", d_model=64, n_head=4)
+    # 0..256 (257), 258..510 even (127), then 128 per octave up to 8192 (4 octaves)
+    assert bf16["exact_positions"] == (257 + 127 + 4 * 128) / 8192  # the seed's ~10%
+    assert bf16["distinct_angle_vectors"] < 0.12 and bf16["wrong_alibi_distances"] > 0.5

@@ -11,6 +11,11 @@
 * ``sinusoidal``: the similarity p_m·p_n/(d/2) of the sinusoidal position vectors of Vaswani
   et al. against m − n ("oscillating decay"). Every vector has |p|² = d/2, so this is also their
   cosine similarity; it equals (1/(d/2))·Σ_i cos((m − n)·ω_i) and depends on m − n only.
+* ``collisions``: the mixed-precision position bug (seed 001). For the positions 0..N−1 of the
+  real schemes with ``position_dtype=bf16`` (and the fp32 default): the fraction of positions
+  bf16 holds exactly, of distinct rotary angle vectors, and of keys whose ALiBi distance to the
+  last query is wrong. bf16 keeps 8 significant bits: every integer up to 256, then 128 values
+  per octave, so ~11% of 0..8191 stay exact.
 * ``attention``: per layer and head of trained checkpoints, on validation text at `factor`× the
   training length L: (a) the mean attention distance Σ_n w_mn·(m − n), averaged over all
   queries; (b) the attention mass on keys at distance m − n ≥ L, averaged over the queries
@@ -43,8 +48,8 @@ from poslab.errors import ConfigError, exit_on_config_error
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 
-ANALYSES = ("decay", "wavelength", "sinusoidal", "attention", "all")
-WITHOUT_CHECKPOINTS = ("decay", "wavelength", "sinusoidal")  # what `all` runs
+ANALYSES = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "all")
+WITHOUT_CHECKPOINTS = ("decay", "wavelength", "sinusoidal", "collisions")  # what `all` runs
 DEFAULT_OUT = Path("docs/results/analysis")
 YARN_ALPHA, YARN_BETA = 1.0, 32.0  # YaRN's ramp boundaries (Peng et al. 2023)
 DPI = 120
@@ -414,6 +419,52 @@ def run_sinusoidal(
     return rows
 
 
+def position_collisions(length: int, dtype: str, d_model: int = 512, n_head: int = 8) -> dict:
+    """What the positions 0..length−1 become with pos.position_dtype=`dtype` (module doc)."""
+    from poslab.positions import build_scheme
+
+    positions = torch.arange(length)
+    rope = build_scheme("rope", d_model, n_head, position_dtype=dtype)
+    values = rope.prepare(positions).fp32
+    angles = rope.angles(values)
+    alibi = build_scheme("alibi", d_model, n_head, position_dtype=dtype)
+    exact = build_scheme("alibi", d_model, n_head)
+    last, keys = positions[-1:], positions
+    wrong = alibi.attention_bias(last, keys) != exact.attention_bias(last, keys)  # (H, 1, T)
+    return {
+        "length": length, "position_dtype": dtype,
+        "exact_positions": float((values == positions.float()).float().mean()),
+        "distinct_angle_vectors": angles.unique(dim=0).shape[0] / length,
+        "wrong_alibi_distances": float(wrong[0, 0].float().mean()),
+    }  # fmt: skip
+
+
+def run_collisions(out: Path, max_length: int) -> list[dict]:
+    lengths = [n for n in (2**k for k in range(8, 20)) if n <= max_length] or [max_length]
+    rows = [position_collisions(n, dtype) for dtype in ("fp32", "bf16") for n in lengths]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for key, style in (("exact_positions", "-o"), ("distinct_angle_vectors", "--s"),
+                       ("wrong_alibi_distances", ":^")):  # fmt: skip
+        for dtype in ("fp32", "bf16"):
+            mine = [r for r in rows if r["position_dtype"] == dtype]
+            ax.plot([r["length"] for r in mine], [r[key] for r in mine], style,
+                    label=f"{key} ({dtype})", alpha=0.8 if dtype == "bf16" else 0.4)  # fmt: skip
+    for r in rows:
+        if r["position_dtype"] == "bf16":
+            print(f"collisions bf16 N={r['length']}: exact {r['exact_positions']:.3f}, distinct "
+                  f"angles {r['distinct_angle_vectors']:.3f}, wrong alibi distances "
+                  f"{r['wrong_alibi_distances']:.3f}")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("positions 0..N−1")
+    ax.set_ylabel("fraction")
+    ax.set_title("Positions computed in bf16 (pos.position_dtype=bf16) vs fp32")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save(fig, rows, out, "collisions")
+    return rows
+
+
 def run_attention(
     out: Path, paths: list[str], factor: float, windows: int, split: str,
     data_path: str | None, block_size: int,
@@ -503,7 +554,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default: {DEFAULT_OUT}")
     p.add_argument("--bases", type=float, nargs="+", default=[100.0, 10000.0, 500000.0])
     p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    p.add_argument("--max-distance", type=int, default=16384, help="decay (default 16384)")
+    p.add_argument("--max-distance", type=int, default=16384,
+                   help="decay, collisions (default 16384)")  # fmt: skip
     p.add_argument("--train-length", type=int, default=512, help="wavelength: L (default 512)")
     p.add_argument("--d-models", type=int, nargs="+", default=[256], help="sinusoidal")
     p.add_argument("--sin-distance", type=int, default=2048, help="sinusoidal (default 2048)")
@@ -559,6 +611,8 @@ def main(argv: list[str] | None = None) -> None:
             run_wavelength(args.out, args.bases, args.head_dims, args.train_length)
         elif name == "sinusoidal":
             run_sinusoidal(args.out, args.d_models, args.sin_distance)
+        elif name == "collisions":
+            run_collisions(args.out, args.max_distance)
         else:
             run_attention(args.out, args.checkpoints, args.factor, args.windows, args.split,
                           args.data_path, args.block_size)  # fmt: skip
