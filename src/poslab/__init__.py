@@ -19,12 +19,13 @@ def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None) -> str:
     evaluation creates no folder of its own (`${eval_dir:...}` in conf/eval.yaml)."""
     from pathlib import Path
 
+    # absolute: in an eval.py -m sweep it is the job's subfolder of the sweep folder
     if out_dir:
-        return str(out_dir)
+        return str(Path(out_dir).expanduser().absolute())
     if run:
-        return str(run)
+        return str(Path(run).expanduser().absolute())
     if ckpt:
-        parent = Path(ckpt).expanduser().parent
+        parent = Path(ckpt).expanduser().absolute().parent
         return str(parent.parent if parent.name == "checkpoints" else parent)
     import tempfile
 

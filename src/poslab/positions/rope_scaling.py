@@ -158,7 +158,7 @@ class RopeScaling:
             if self.leaky:
                 parts.append(f"k={self.leaky:g}")
         if self.logn:
-            parts.append("+logn")
+            parts.append("+logn" if parts else "logn")
         return " ".join(parts)
 
 
