@@ -264,6 +264,16 @@ BAD_INPUTS = [
     (eval_case("run={learned}", "+eval.pos_overrides.max_positions=8"), "eval.pos_overrides"),
     (eval_case("run={rope}", "data_path={binary}"), "train.txt"),
     (eval_case("run={rope}", "eval.modes=[foo]"), "eval.modes=[foo]"),
+    (eval_case("run={rope}", "eval.rope_scaling.kind=foo"), "eval.rope_scaling.kind='foo'"),
+    (
+        eval_case("run={rope}", "eval.rope_scaling.kind=pi", "eval.rope_scaling.factor=0.5"),
+        "eval.rope_scaling.factor=0.5",
+    ),
+    (eval_case("run={rope}", "eval.rope_scaling.beta_fast=-1"), "eval.rope_scaling.beta_fast=-1"),
+    (eval_case("run={learned}", "eval.logn_scaling=true"), "act on rotary schemes"),
+    (train_case("pos=alibi", "eval.rope_scaling.kind=pi"), "act on rotary schemes"),
+    (train_case("pos=rope", "pos.theta_param=exp"), "pos.theta_param='exp'"),
+    (train_case("pos=alibi", "pos.position_dtype=fp16"), "pos.position_dtype='fp16'"),
 ]
 
 

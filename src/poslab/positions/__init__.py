@@ -44,9 +44,6 @@ def eval_variant_options(eval_cfg: Any) -> dict[str, Any] | None:
     given = dict(eval_cfg.get("rope_scaling") or {})
     logn = eval_cfg.get("logn_scaling", False)
     require("eval.logn_scaling", logn, boolean())
-    kind = given.get("kind", "none")
-    if kind == "none" and not logn:
-        return None
     options = {**given, "logn": logn}
     factor = options.get("factor", "auto")
     if factor != "auto":  # checked now; `auto` is resolved per evaluation length
@@ -55,7 +52,7 @@ def eval_variant_options(eval_cfg: Any) -> dict[str, Any] | None:
         RopeScaling(**{**options, "factor": 1.0, "train_length": 1})  # every other option
     except TypeError as err:
         raise ConfigError(f"eval.rope_scaling: {err}") from None
-    return options
+    return None if options.get("kind", "none") == "none" and not logn else options
 
 
 def _plain(cfg: Any) -> Any:
