@@ -258,6 +258,10 @@ def test_an_override_changes_the_computation_or_is_refused():
         scheme_with_overrides(learnable, {"base": 500000.0}, config, 16, weights)
     with pytest.raises(ConfigError, match="has no option 'bsae'"):
         scheme_with_overrides(rope, {"bsae": 5.0}, config, 16)
+    # the trained value itself, said explicitly (the fp32 row of a position_dtype sweep): the
+    # trained scheme, not an error
+    same = scheme_with_overrides(learnable, {"position_dtype": "fp32"}, config, 16, weights)
+    assert same.position_dtype == "fp32"
     learned = scheme_configs(16)["learned"]
     scheme_with_overrides(learned, {"beyond_table": "clamp"}, config, 16)  # applies past L
     with pytest.raises(ConfigError, match="changes the scheme's weights"):

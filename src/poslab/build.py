@@ -75,21 +75,21 @@ def build_scheme(pos_cfg: dict[str, Any], gpt_config: GPTConfig) -> Any:
     )
 
 
-def scheme_options(pos_cfg: dict[str, Any]) -> list[str]:
+def scheme_options(pos_cfg: dict[str, Any]) -> dict[str, Any]:
     """The options a scheme's class takes, its own and those of the classes it extends (the
-    sizes the model passes left out)."""
+    sizes the model passes left out), with their defaults."""
     import inspect
 
     from hydra.utils import get_class
 
     fixed = ("d_model", "n_head", "n_layer")
-    options: list[str] = []
+    options: dict[str, Any] = {}
     for cls in get_class(pos_cfg["_target_"]).__mro__:
         if "__init__" in vars(cls):
             for name, param in inspect.signature(cls.__init__).parameters.items():
                 keyword = param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
                 if keyword and name != "self" and name not in fixed and name not in options:
-                    options.append(name)
+                    options[name] = param.default
     return options
 
 
@@ -115,6 +115,8 @@ def scheme_with_overrides(
                 f"(it has: {', '.join(options)})"
             )
     trained = build_scheme(pos_cfg, gpt_config)
+    if all(pos_cfg.get(k, options[k]) == v for k, v in overrides.items()):
+        return trained  # the trained values, said explicitly (e.g. the fp32 row of a sweep)
     changed = build_scheme({**pos_cfg, **overrides}, gpt_config)
     before = {k: tuple(v.shape) for k, v in trained.state_dict().items()}
     after = {k: tuple(v.shape) for k, v in changed.state_dict().items()}
