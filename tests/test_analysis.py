@@ -237,6 +237,7 @@ def test_all_writes_three_figures_and_tables(tmp_path):
     [
         (["curvature"], "unknown analysis 'curvature'; choose one of decay"),
         (["attention"], "attention needs checkpoints"),
+        (["theta"], "theta needs checkpoints"),
         (["attention", "no/such.ckpt"], "no such checkpoint or run folder: no/such.ckpt"),
         (["decay", "x.ckpt"], "decay takes no checkpoints"),
         (["decay", "--head-dims", "63"], "--head-dims must be even"),
@@ -266,3 +267,24 @@ def test_bf16_positions_keep_the_integers_bf16_holds_and_fp32_keeps_all():
     # 0..256 (257), 258..510 even (127), then 128 per octave up to 8192 (4 octaves)
     assert bf16["exact_positions"] == (257 + 127 + 4 * 128) / 8192  # the seed's ~10%
     assert bf16["distinct_angle_vectors"] < 0.12 and bf16["wrong_alibi_distances"] > 0.5
+
+
+def test_theta_ratios_of_learnable_checkpoints(corpus, tmp_path, capsys):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    fixed = tmp_path / "fixed.ckpt"
+    write_checkpoint(fixed, "rope", corpus, cache)
+    ckpt = torch.load(fixed, weights_only=True)
+    ckpt["hyper_parameters"]["config"]["pos"].update(learnable_theta=True, theta_param="log")
+    init = rope_theta(32 // 2, 10000.0)  # tiny_config: d_model 32, 2 heads
+    moved = init * torch.linspace(0.5, 2.0, init.numel())
+    ckpt["state_dict"]["model.pos.log_theta"] = moved.log()
+    torch.save(ckpt, tmp_path / "log.ckpt")
+    main(["theta", str(tmp_path / "log.ckpt"), "--out", str(out)])
+    with (out / "theta.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    ratios = [float(r["ratio"]) for r in rows]
+    assert ratios == pytest.approx(torch.linspace(0.5, 2.0, init.numel()).tolist(), rel=1e-5)
+    assert rows[0]["variant"] == "rope θ log" and (out / "theta.png").stat().st_size > 0
+    with pytest.raises(SystemExit):  # a fixed θ has nothing to show: one line, exit 2
+        main(["theta", str(fixed), "--out", str(out)])
+    assert "no learnable θ" in capsys.readouterr().err

@@ -16,6 +16,10 @@
   bf16 holds exactly, of distinct rotary angle vectors, and of keys whose ALiBi distance to the
   last query is wrong. bf16 keeps 8 significant bits: every integer up to 256, then 128 values
   per octave, so ~11% of 0..8191 stay exact.
+* ``theta``: for checkpoints trained with a learnable θ (``pos.learnable_theta=true``), the
+  ratio θ_i/θ_i(init) of every rotary frequency after training, against the frequency index
+  (one line per run, labelled by ``pos.theta_param`` and seed): the RoFormer author's "θ barely
+  moves", measured.
 * ``attention``: per layer and head of trained checkpoints, on validation text at `factor`× the
   training length L: (a) the mean attention distance Σ_n w_mn·(m − n), averaged over all
   queries; (b) the attention mass on keys at distance m − n ≥ L, averaged over the queries
@@ -48,7 +52,8 @@ from poslab.errors import ConfigError, exit_on_config_error
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 
-ANALYSES = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "all")
+ANALYSES = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "theta", "all")
+WITH_CHECKPOINTS = ("attention", "theta")
 WITHOUT_CHECKPOINTS = ("decay", "wavelength", "sinusoidal", "collisions")  # what `all` runs
 DEFAULT_OUT = Path("docs/results/analysis")
 YARN_ALPHA, YARN_BETA = 1.0, 32.0  # YaRN's ramp boundaries (Peng et al. 2023)
@@ -528,6 +533,53 @@ def run_attention(
     return rows
 
 
+def theta_rows(path: str | Path) -> list[dict]:
+    """θ_i/θ_i(init) per frequency of one checkpoint (a ConfigError if its θ is fixed)."""
+    from poslab.build import load_checkpoint
+
+    ckpt = checkpoint_path(path)
+    model, config = load_checkpoint(ckpt)
+    pos = model.pos
+    if not hasattr(pos, "frequencies") or getattr(pos, "theta_param", None) is None:
+        raise ConfigError(f"{path} has no learnable θ (train with pos.learnable_theta=true)")
+    ratio = (pos.frequencies().detach() / pos.theta_init).tolist()
+    variant = f"{scheme_name(config)} θ {pos.theta_param}"
+    run = ckpt.parent.parent.name if ckpt.parent.name == "checkpoints" else ckpt.stem
+    return [{"run": run, "variant": variant, "seed": config.get("seed"), "index": i,
+             "theta_init": float(pos.theta_init[i]), "ratio": r}
+            for i, r in enumerate(ratio)]  # fmt: skip
+
+
+def run_theta(out: Path, paths: list[str]) -> list[dict]:
+    rows: list[dict] = []
+    for p in paths:
+        rows += theta_rows(p)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    styles: dict[str, Any] = {}
+    for run in dict.fromkeys(r["run"] for r in rows):
+        mine = [r for r in rows if r["run"] == run]
+        variant = mine[0]["variant"]
+        label = None if variant in styles else variant
+        (line,) = ax.plot([r["index"] for r in mine], [r["ratio"] for r in mine], marker=".",
+                          color=styles.get(variant), label=label, alpha=0.8)  # fmt: skip
+        styles.setdefault(variant, line.get_color())
+        ratios = np.array([r["ratio"] for r in mine])
+        print(
+            f"theta {variant} seed {mine[0]['seed']} ({run}): θ/θ0 from {ratios.min():.3g} to "
+            f"{ratios.max():.3g}, max |log ratio| {np.abs(np.log(np.abs(ratios))).max():.3g}"
+        )
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_yscale("symlog", linthresh=1e-2)
+    ax.set_xlabel("frequency index i (θ_i = base^(−2i/R) at init)")
+    ax.set_ylabel("θ_i / θ_i(init) after training")
+    ax.set_title("Learnable θ: how far training moved each frequency")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, rows, out, "theta")
+    return rows
+
+
 def save(fig: Any, rows: list[dict], out: Path, name: str) -> None:
     if rows:
         write_csv(out / f"{name}.csv", rows)
@@ -550,7 +602,7 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("analysis", help=f"one of: {', '.join(ANALYSES)} (all: the first three)")
-    p.add_argument("checkpoints", nargs="*", help="attention: .ckpt files or run folders")
+    p.add_argument("checkpoints", nargs="*", help="attention, theta: .ckpt files or run folders")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default: {DEFAULT_OUT}")
     p.add_argument("--bases", type=float, nargs="+", default=[100.0, 10000.0, 500000.0])
     p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
@@ -572,12 +624,12 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"unknown analysis {args.analysis!r}; choose one of {', '.join(ANALYSES)}"
         )
-    if args.analysis == "attention" and not args.checkpoints:
-        raise ConfigError("attention needs checkpoints: pass .ckpt files or run folders")
-    if args.analysis != "attention" and args.checkpoints:
+    if args.analysis in WITH_CHECKPOINTS and not args.checkpoints:
+        raise ConfigError(f"{args.analysis} needs checkpoints: pass .ckpt files or run folders")
+    if args.analysis not in WITH_CHECKPOINTS and args.checkpoints:
         raise ConfigError(
             f"{args.analysis} takes no checkpoints (got {' '.join(args.checkpoints)}); "
-            "only attention does"
+            f"only {' and '.join(WITH_CHECKPOINTS)} do"
         )
     positive = {"--head-dims": min(args.head_dims), "--max-distance": args.max_distance,
                 "--train-length": args.train_length, "--d-models": min(args.d_models),
@@ -600,7 +652,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     check_args(args)
     todo = WITHOUT_CHECKPOINTS if args.analysis == "all" else (args.analysis,)
-    if args.analysis == "attention":
+    if args.analysis in WITH_CHECKPOINTS:
         for p in args.checkpoints:  # before the output folder is made
             checkpoint_path(p)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -613,6 +665,8 @@ def main(argv: list[str] | None = None) -> None:
             run_sinusoidal(args.out, args.d_models, args.sin_distance)
         elif name == "collisions":
             run_collisions(args.out, args.max_distance)
+        elif name == "theta":
+            run_theta(args.out, args.checkpoints)
         else:
             run_attention(args.out, args.checkpoints, args.factor, args.windows, args.split,
                           args.data_path, args.block_size)  # fmt: skip
