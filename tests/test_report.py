@@ -273,3 +273,17 @@ def test_compare_script_on_no_results_exits_2_with_one_line(tmp_path, what):
     assert lines[0].startswith("error: ") and str(folder) in lines[0]
     assert "pass run folders" in lines[0]
     assert not (folder / "comparison").exists()
+
+
+def test_runs_of_one_scheme_in_two_sweeps_get_distinct_labels(tmp_path):
+    from poslab.evaluation.compare import label_rows
+
+    paths = []
+    for sweep in ("sweep_a", "sweep_b"):
+        path = tmp_path / sweep / "0_rope-small-L128" / "extrapolation" / "extrapolation.json"
+        path.parent.mkdir(parents=True)
+        row = {"scheme": "rope", "mode": "nonoverlapping", "length": 16, "status": "ok"}
+        path.write_text(json.dumps([row]))
+        paths.append(path)
+    labels = {r["scheme"] for r in label_rows(paths)}
+    assert labels == {"rope [sweep_a/0_rope-small-L128]", "rope [sweep_b/0_rope-small-L128]"}

@@ -4,6 +4,7 @@ conf/pos/: causality, relative schemes depend on m − n only, overrides change 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -351,3 +352,15 @@ def test_xpos_refuses_fp16_where_its_scales_would_overflow():
         scheme.rotate(q, q, torch.arange(8192))
     short = q[:, :, :512]
     assert torch.isfinite(scheme.rotate(short, short, torch.arange(512))[0]).all()
+
+
+def test_randomized_positions_train_and_name_their_rows(corpus, tmp_path):
+    """A run with pos.randomize_max trains through Lightning (per-sequence positions in every
+    layer) and its evaluation rows say so, so a sweep's table tells it from the plain scheme."""
+    from conftest import train_in_process
+
+    metrics = train_in_process("alibi", corpus, tmp_path / "run", ["pos.randomize_max=64"])
+    assert metrics["best_val_loss"] < metrics["val/loss_initial"] - 0.5
+    rows = json.loads((tmp_path / "run" / "extrapolation" / "extrapolation.json").read_text())
+    assert {r["scheme"] for r in rows} == {"alibi randomized N=64"}
+    assert all(r["status"] == "ok" for r in rows)

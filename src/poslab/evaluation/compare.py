@@ -47,7 +47,14 @@ def find_results(paths: list[str | Path]) -> list[Path]:
 
 def label_rows(results: list[Path]) -> list[dict]:
     """All rows, with `scheme` made unique per run when two runs share a scheme name."""
-    per_run = [(path.parent.parent.name, read_result(path)) for path in results]
+    runs = [path.parent.parent for path in results]
+    # a run is named by its folder, or by sweep/folder where two sweeps' jobs share a name
+    names_of_runs = [r.name for r in runs]
+    per_run = [
+        (run.name if names_of_runs.count(run.name) == 1 else f"{run.parent.name}/{run.name}",
+         read_result(path))
+        for run, path in zip(runs, results, strict=True)
+    ]  # fmt: skip
     names = [rows[0]["scheme"] for _, rows in per_run if rows]
     merged = []
     for run, rows in per_run:

@@ -108,6 +108,8 @@ def evaluate_checkpoint(
     offset = int(eval_cfg.position_offset)
     bucket = int(eval_cfg.bucket_size or max(1, train_length // 32))
     scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
+    randomized = config["pos"].get("randomize_max")  # a training-time variant of any scheme
+    scheme = f"{scheme} randomized N={randomized}" if randomized else scheme
     # an eval-time change of the scheme is part of the row's name: `rope + yarn s=auto`
     parts = [f"{k}={v}" for k, v in (eval_cfg.get("pos_overrides") or {}).items()]
     variant = ", ".join(p for p in [*parts, eval_variant_label(eval_cfg)] if p)
