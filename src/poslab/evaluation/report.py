@@ -158,10 +158,19 @@ def dropped_note(fig: Figure, dropped: list[tuple[str, int]]) -> None:
         fig.text(0.01, 0.01, f"not plotted (nonfinite): {names}", fontsize=7, color="grey")
 
 
+def line_styles(n: int) -> list[dict]:
+    """n distinguishable line styles: 10 colours, then the same colours dashed, then dotted."""
+    colours = plt.get_cmap("tab10").colors
+    dashes, markers = ("-", "--", ":"), ("o", "s", "^")
+    return [{"color": colours[i % 10], "ls": dashes[i // 10 % 3], "marker": markers[i // 10 % 3]}
+            for i in range(n)]  # fmt: skip
+
+
 def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
     """The figure of `plot_ppl_vs_length` (callers close it). Non-finite perplexities are left
-    out; with none finite the axes say so."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    out; with none finite the axes say so. With several series a second panel shows each one
+    relative to its perplexity at the training length (or its shortest length), so schemes of
+    different levels compare by shape, and the legend goes beside the panels."""
     several_modes = len({r["mode"] for r in rows}) > 1
     series: dict[str, list] = {}
     dropped: list[tuple[str, int]] = []
@@ -171,19 +180,34 @@ def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
             dropped.append((label, r["length"]))
         elif r["status"] == "ok" and r["ppl"] > 0:
             series.setdefault(label, []).append((r["length"], r["ppl"]))
-    for label, pts in series.items():
-        ax.plot(*zip(*sorted(pts), strict=True), marker="o", label=label)
-    for n in {r["train_length"] for r in rows}:
-        ax.axvline(n, color="grey", ls=":", lw=1)
-    ax.set_xscale("log", base=2)
+    compare = len(series) > 1
+    fig, axes = plt.subplots(1, 2 if compare else 1, figsize=(12.5, 4.6) if compare else (6.4, 4.2))
+    axes = list(axes) if compare else [axes]
+    ax = axes[0]
+    train_lengths = {r["train_length"] for r in rows}
+    for (label, pts), style in zip(series.items(), line_styles(len(series)), strict=True):
+        pts = sorted(pts)
+        ax.plot(*zip(*pts, strict=True), label=label, **style)
+        if compare:
+            ref = next((p for n, p in pts if n in train_lengths), pts[0][1])
+            axes[1].plot([n for n, _ in pts], [p / ref for _, p in pts], label=label, **style)
+    for a in axes:
+        for n in train_lengths:
+            a.axvline(n, color="grey", ls=":", lw=1)
+        a.set_xscale("log", base=2)
+        a.set_xlabel("evaluation length (tokens); dotted: training length")
+        a.grid(True, which="both", alpha=0.3)
     ppl_yaxis(ax, [ppl for pts in series.values() for _, ppl in pts])
     if not series:
         no_data_note(ax, "no finite perplexity to plot")
-    ax.set_xlabel("evaluation length (tokens); dotted: training length")
     ax.set_ylabel("perplexity")
     ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    if series:
+    if compare:
+        axes[1].axhline(1.0, color="grey", lw=0.8)
+        axes[1].set_ylabel("perplexity ÷ perplexity at the training length")
+        axes[1].set_title("relative to the training length (shape)")
+        axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    elif series:
         ax.legend()
     fig.tight_layout(rect=(0, 0.04 if dropped else 0, 1, 1))  # room for the footnote
     dropped_note(fig, dropped)
