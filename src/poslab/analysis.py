@@ -48,6 +48,7 @@ from torch import Tensor
 
 from poslab.attention import Blockwise
 from poslab.errors import ConfigError, exit_on_config_error
+from poslab.evaluation.report import line_styles
 
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
@@ -242,7 +243,9 @@ def checkpoint_path(path: str | Path) -> Path:
 
 
 def scheme_name(config: dict[str, Any]) -> str:
-    return config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
+    from poslab.evaluation.run import scheme_label
+
+    return scheme_label(config)
 
 
 def validation_windows(
@@ -491,9 +494,10 @@ def run_attention(
         if names.count(r["scheme"]) > 1:
             r["scheme"] = f"{r['scheme']} [{r['run']}]"
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
     metrics = (("mean_distance", "mean attention distance (tokens)"),
                ("mass_beyond_L", "attention mass at distance ≥ L"))  # fmt: skip
+    styles = line_styles(len(schemes))
     for k, scheme in enumerate(schemes):
         mine = [r for r in rows if r["scheme"] == scheme]
         shift = 0.05 * (k - (len(schemes) - 1) / 2)  # heads' dots side by side, not on top
@@ -501,7 +505,7 @@ def run_attention(
         means = {key: [np.mean([r[key] for r in mine if r["layer"] == la]) for la in layers]
                  for key, _ in metrics}  # fmt: skip
         for ax, (key, _) in zip(axes, metrics, strict=True):
-            (line,) = ax.plot(layers, means[key], marker="o", label=scheme)
+            (line,) = ax.plot(layers, means[key], label=scheme, **styles[k])
             heads = ([r["layer"] + shift for r in mine], [r[key] for r in mine])
             ax.scatter(*heads, s=10, alpha=0.35, color=line.get_color())
         summary = "; ".join(
@@ -527,7 +531,7 @@ def run_attention(
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[1].legend(fontsize=8)
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     save(fig, rows, out, "attention")
     return rows

@@ -46,6 +46,14 @@ def scored_token_cap(setting: Any, trained_tokens: int | None) -> int | None:
     return setting
 
 
+def scheme_label(config: dict) -> str:
+    """A trained model's name in tables: the scheme, and a training-time variant of it
+    (`rope randomized N=2048`)."""
+    scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
+    randomized = config["pos"].get("randomize_max")
+    return f"{scheme} randomized N={randomized}" if randomized else scheme
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -107,9 +115,7 @@ def evaluate_checkpoint(
     split = split.after_line_end(cache.tokenizer().token_to_id(EOS))
     offset = int(eval_cfg.position_offset)
     bucket = int(eval_cfg.bucket_size or max(1, train_length // 32))
-    scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
-    randomized = config["pos"].get("randomize_max")  # a training-time variant of any scheme
-    scheme = f"{scheme} randomized N={randomized}" if randomized else scheme
+    scheme = scheme_label(config)
     # an eval-time change of the scheme is part of the row's name: `rope + yarn s=auto`
     parts = [f"{k}={v}" for k, v in (eval_cfg.get("pos_overrides") or {}).items()]
     variant = ", ".join(p for p in [*parts, eval_variant_label(eval_cfg)] if p)
