@@ -205,6 +205,40 @@ def test_bad_scaling_options_are_one_line_errors():
         build_scheme("xpos", D_MODEL, N_HEAD, scaling={"kind": "rerope", "train_length": 64})
 
 
+@pytest.mark.parametrize("scaling", [{"kind": "dynamic_ntk", "factor": 2.0}, {"logn": True},
+                                     {"kind": "rerope", "window": 16}])  # fmt: skip
+def test_scaled_rotary_stays_relative_under_a_position_offset(scaling):
+    scheme = rope(**scaling)
+    positions = torch.arange(256)
+    q, k = qk(256)
+    shifted = scores(scheme, positions + 1000, q, k)
+    assert torch.allclose(shifted, scores(scheme, positions, q, k), atol=2e-3)
+
+
+def test_eval_overrides_keep_what_acts_at_1x_and_apply_a_fixed_factor():
+    rotary = {"_target_": "poslab.positions.rope.Rotary"}
+
+    def at(length: int, **scaling) -> dict:
+        logn = scaling.pop("logn", False)
+        return eval_overrides(eval_cfg(rope_scaling=scaling, logn_scaling=logn), rotary, length, 64)
+
+    assert at(64, logn=True)["scaling"]["logn"] is True  # acts on any window past L
+    assert at(64, kind="dynamic_ntk")["scaling"]["factor"] == 1.0
+    assert at(32, kind="pi", factor=4)["scaling"]["factor"] == 4.0  # fixed: at every length
+    assert at(1024, kind="pi")["scaling"]["factor"] == 16.0
+    # kinds that ignore the factor get one set of overrides (one model) for every length
+    assert at(64, kind="rerope") == at(1024, kind="rerope")
+    assert at(64, logn=True) == at(1024, logn=True)
+    for scaling in ({"kind": "pi", "logn": True}, {"kind": "pi", "train_length": 1}):
+        given = next(k for k in scaling if k != "kind")
+        with pytest.raises(ConfigError, match=f"eval.rope_scaling.{given} is not an option"):
+            eval_overrides(eval_cfg(rope_scaling=scaling), rotary, 128, 64)
+    two_dims = build_scheme("rope", 8, 1, fraction=0.25,
+                            scaling={"kind": "ntk", "factor": 2.0, "train_length": 4})  # fmt: skip
+    with pytest.raises(ConfigError, match="undefined for R = 2"):
+        two_dims.prepare(torch.arange(8))
+
+
 # ---- end to end: eval.py's path on a trained rope checkpoint ----------------------------------
 
 KINDS = [

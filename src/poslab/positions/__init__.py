@@ -44,6 +44,10 @@ def eval_variant_options(eval_cfg: Any) -> dict[str, Any] | None:
     given = dict(eval_cfg.get("rope_scaling") or {})
     logn = eval_cfg.get("logn_scaling", False)
     require("eval.logn_scaling", logn, boolean())
+    for key, instead in (("logn", "eval.logn_scaling"), ("train_length", "nothing: it is the "
+                         "checkpoint's data.seq_len")):  # fmt: skip
+        if key in given:
+            raise ConfigError(f"eval.rope_scaling.{key} is not an option; set {instead}")
     options = {**given, "logn": logn}
     factor = options.get("factor", "auto")
     if factor != "auto":  # checked now; `auto` is resolved per evaluation length
@@ -102,9 +106,12 @@ def eval_overrides(
             f"on {target}; set eval.rope_scaling.kind=none and eval.logn_scaling=false"
         )
     kind = options.get("kind", "none")
-    factor = resolve_factor(kind, options.get("factor", "auto"), length, train_length)
-    if factor == 1 and kind in ("none", "pi", "ntk", "yarn") and not options["logn"]:
-        return overrides
+    if kind in ("none", "rerope"):  # they ignore the factor: one model for every length
+        factor = 1.0
+    else:
+        factor = resolve_factor(kind, options.get("factor", "auto"), length, train_length)
+    if factor == 1 and kind in ("pi", "ntk", "yarn") and not options["logn"]:
+        return overrides  # the identity, bit for bit: the trained model itself
     overrides["scaling"] = {**options, "factor": factor, "train_length": train_length}
     return overrides
 

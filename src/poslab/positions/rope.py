@@ -140,7 +140,10 @@ class Rotary(PositionalScheme):
         with torch.autocast(device_type=positions.device.type, enabled=False):
             length = positions.shape[-1]
             if self.scaling is not None and self.scaling.kind == "dynamic_ntk":
-                length = int(prepared.fp32.max()) + 1  # HF: the largest position + 1
+                # HF: the largest position + 1; here the window's span, so that a position
+                # offset (eval.position_offset) leaves a relative scheme unchanged
+                span = prepared.fp32.amax(dim=-1) - prepared.fp32.amin(dim=-1)
+                length = int(span.max()) + 1
             angles = self.angles(prepared.fp32, length)
             if angles.dim() == 3:  # per-sequence positions (B, T): a head axis for (B, H, T, D)
                 angles = angles[:, None]

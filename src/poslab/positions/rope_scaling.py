@@ -14,16 +14,24 @@ s is the scaling factor (L_eval / L_train, or fixed), R the rotated dims, θ_i =
   λ_i = 2π/θ_i within L; ramp γ_i = clamp((r_i − α)/(β − α), 0, 1), α = ``beta_slow`` (1),
   β = ``beta_fast`` (32); θ'_i = (1 − γ_i)·θ_i/s + γ_i·θ_i (frequencies that turn more than β
   times are kept, fewer than α are interpolated as PI), and cos/sin are multiplied by
-  0.1·ln s + 1, so q·k carries the attention temperature (0.1·ln s + 1)². The ramp is linear in
-  r_i as in the paper; the reference code (jquesnelle/yarn) ramps linearly over the dim index
-  between the rounded boundary dims, which differs slightly inside the ramp.
+  0.1·ln s + 1, so the rotated part of q·k carries the attention temperature (0.1·ln s + 1)²
+  (with ``fraction`` < 1 the unrotated dims are not scaled, as in Hugging Face's port). The ramp
+  is linear in r_i as in the paper and ../shared/ANCHORS.md; the reference code
+  (jquesnelle/yarn) ramps linearly over the pair index between the rounded boundary pairs,
+  which inside the ramp differs a lot (R=64, L=512, s=8: γ 0.32 here vs 0.69 there at pair 5),
+  so rows labelled yarn are the paper's formula, not a bit-for-bit copy of the reference.
 * ``rerope`` (Su 2023): the relative position min(m − n, w) for a window w: inside the window
-  plain rotary; beyond it every key is seen at distance w. With ``leaky: k`` the distance beyond
-  the window grows as w + (m − n − w)/k. Needs the raw scores (attention=blockwise, chosen by
-  attention=auto): two score matrices merged by the distance mask, as bojone/rerope does.
+  plain rotary; beyond it every key is seen at distance w. The default w = L puts those keys
+  one past the largest trained distance (L − 1); bojone/rerope uses w = L/8 … L/4. With
+  ``leaky: k`` the distance beyond the window grows as w + (m − n − w)/k. Needs the raw
+  scores (attention=blockwise, chosen by attention=auto): two score matrices merged by the
+  distance mask, as bojone/rerope does.
 * ``logn`` (Su; Qwen's ``use_logn_attn``), combinable with any kind: queries at position m are
   multiplied by max(1, log(m + 1)/log L), keeping the attention entropy of long inputs near the
-  trained one.
+  trained one. m counts from the window's first position (Qwen indexes the tokens of the
+  context), and dynamic NTK's T is the window's span, so ``eval.position_offset`` changes
+  neither. L is the training length (``data.seq_len``); for a model trained with randomized
+  positions up to N, pass a fixed factor (its angles were trained up to N).
 
 A factor of 1 (and kind ``none``) leaves the computation bit-identical to no scaling.
 """
@@ -107,6 +115,11 @@ class RopeScaling:
             return theta
         i = torch.arange(theta.shape[-1], dtype=torch.float32, device=theta.device)
         exponent = -2 * i / rotary_dims  # base·α gives θ_i·α^(−2i/R), for any trained θ
+        if rotary_dims <= 2:
+            raise ConfigError(
+                f"eval.rope_scaling.kind={self.kind} changes the base by R/(R − 2), undefined for "
+                f"R = {rotary_dims} rotated dims; rotate more dims (pos.fraction) or use pi"
+            )
         if self.kind == "ntk":
             alpha = self.factor ** (rotary_dims / (rotary_dims - 2))
             return theta * alpha**exponent
@@ -137,10 +150,12 @@ class RopeScaling:
         return 0.1 * math.log(self.factor) + 1.0 if self.kind == "yarn" else 1.0
 
     def query_scale(self, positions: Tensor) -> Tensor | None:
-        """log-n: max(1, log(m + 1)/log L) per query position (fp32), or None."""
+        """log-n: max(1, log(m + 1)/log L) per query (fp32), m counted from the first position
+        of the window (…, T), or None."""
         if not self.logn:
             return None
-        return (torch.log(positions + 1) / math.log(self.train_length)).clamp(min=1.0)
+        m = positions - positions.min(dim=-1, keepdim=True).values
+        return (torch.log(m + 1) / math.log(self.train_length)).clamp(min=1.0)
 
     def rerope_window(self) -> int:
         return self.window or self.train_length
