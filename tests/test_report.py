@@ -287,3 +287,21 @@ def test_runs_of_one_scheme_in_two_sweeps_get_distinct_labels(tmp_path):
         paths.append(path)
     labels = {r["scheme"] for r in label_rows(paths)}
     assert labels == {"rope [sweep_a/0_rope-small-L128]", "rope [sweep_b/0_rope-small-L128]"}
+
+
+def test_runs_of_one_scheme_are_labelled_by_the_options_they_differ_in(tmp_path):
+    from poslab.evaluation.compare import label_rows
+
+    paths = []
+    for i, base in enumerate((100, 10000)):
+        run = tmp_path / f"{i}_rope-small-L128"
+        (run / ".hydra").mkdir(parents=True)
+        config = f"seed: 1\npos:\n  _target_: R\n  base: {base}\ndata:\n  seq_len: 128\n"
+        (run / ".hydra" / "config.yaml").write_text(config)
+        path = run / "extrapolation" / "extrapolation.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps([{"scheme": "rope", "mode": "nonoverlapping", "length": 16,
+                                     "status": "ok"}]))  # fmt: skip
+        paths.append(path)
+    labels = [r["scheme"] for r in label_rows(paths)]
+    assert labels == ["rope [pos.base=100]", "rope [pos.base=10000]"]

@@ -45,23 +45,60 @@ def find_results(paths: list[str | Path]) -> list[Path]:
     return found
 
 
+# the options that tell two runs of one scheme apart in a table, when they differ
+LABEL_OPTIONS = ("pos.", "model.", "data.seq_len", "optim.", "seed", "trainer.max_steps")
+
+
+def run_options(run: Path) -> dict[str, Any] | None:
+    """The training run's resolved options (flattened, from Hydra's .hydra/config.yaml), or
+    None for a folder that is not a training run (an eval.py out_dir)."""
+    path = run / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(node, dict):
+            return {
+                k: v
+                for key, value in node.items()
+                for k, v in flat(value, f"{prefix}{key}.").items()
+            }
+        return {prefix[:-1]: node}
+
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # an unreadable config only loses the nicer label
+        return None
+    return {k: v for k, v in flat(config).items() if k.startswith(LABEL_OPTIONS)}
+
+
 def label_rows(results: list[Path]) -> list[dict]:
-    """All rows, with `scheme` made unique per run when two runs share a scheme name."""
+    """All rows, with `scheme` made unique per run when two runs share a scheme name: by the
+    training options in which those runs differ (`rope [pos.base=100]`), else by run folder
+    (sweep/folder where two sweeps' jobs share a folder name)."""
     runs = [path.parent.parent for path in results]
-    # a run is named by its folder, or by sweep/folder where two sweeps' jobs share a name
-    names_of_runs = [r.name for r in runs]
-    per_run = [
-        (run.name if names_of_runs.count(run.name) == 1 else f"{run.parent.name}/{run.name}",
-         read_result(path))
-        for run, path in zip(runs, results, strict=True)
-    ]  # fmt: skip
-    names = [rows[0]["scheme"] for _, rows in per_run if rows]
+    folder_names = [r.name for r in runs]
+    folders = [r.name if folder_names.count(r.name) == 1 else f"{r.parent.name}/{r.name}"
+               for r in runs]  # fmt: skip
+    rows_of = [read_result(path) for path in results]
+    schemes = [rows[0]["scheme"] if rows else None for rows in rows_of]
+    labels: list[str | None] = [None] * len(runs)
+    for scheme in {s for s in schemes if s is not None and schemes.count(s) > 1}:
+        twins = [i for i, s in enumerate(schemes) if s == scheme]
+        options = [run_options(runs[i]) for i in twins]
+        differ = []
+        if all(o is not None for o in options):
+            keys = sorted({k for o in options for k in o})
+            differ = [k for k in keys if len({repr(o.get(k)) for o in options}) > 1]
+        for i, opts in zip(twins, options, strict=True):
+            labels[i] = ", ".join(f"{k}={opts.get(k)}" for k in differ) if differ else folders[i]
+        if len({labels[i] for i in twins}) < len(twins):  # options alike: the folders tell
+            for i in twins:
+                labels[i] = folders[i]
     merged = []
-    for run, rows in per_run:
-        for r in rows:
-            if names.count(r["scheme"]) > 1:
-                r = {**r, "scheme": f"{r['scheme']} [{run}]"}
-            merged.append(r)
+    for label, rows in zip(labels, rows_of, strict=True):
+        merged += [{**r, "scheme": f"{r['scheme']} [{label}]"} if label else r for r in rows]
     return merged
 
 
