@@ -210,7 +210,12 @@ def run_eval(cfg: DictConfig) -> list[dict]:
         raise ConfigError("pass exactly one of ckpt=PATH (a .ckpt file) or run=RUN_DIR")
     check_eval_config(cfg.eval)
     ckpt = Path(cfg.ckpt) if cfg.ckpt else checkpoint_of_run(cfg.run)
-    read_checkpoint(ckpt)  # a missing or foreign file: one clear line before anything starts
+    # a missing or foreign file, or an eval-time variant the scheme cannot take: one clear line
+    # before anything starts (no W&B run for a command that cannot run)
+    trained = read_checkpoint(ckpt)["hyper_parameters"]["config"]
+    train_length = int(trained["data"]["seq_len"])
+    for length in eval_lengths(cfg.eval, train_length):
+        eval_overrides(cfg.eval, trained["pos"], length, train_length)
     wandb_run = None
     if cfg.eval.log_wandb and cfg.wandb:
         wandb_run = start_eval_wandb_run(ckpt, cfg)
