@@ -153,15 +153,13 @@ class AttentionRecorder(Blockwise):
         self.max_row_error = 0.0
         self.max_future_weight = 0.0
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
-        seq_len = q.shape[-2]
-        outputs = []
-        for start in range(0, seq_len, self.block_size):
-            end = min(start + self.block_size, seq_len)
-            weights = self.weights(q, k, pos, prepared, layer, start, end)
-            self.record(weights, layer, start, end)
-            outputs.append(weights.to(v.dtype) @ v[:, :, :end])
-        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+    def weights(
+        self, q: Tensor, k: Tensor, pos: Any, prepared: Any, layer: int, start: int, end: int
+    ) -> Tensor:
+        """Blockwise's weights of one query block (its __call__ runs the blocks), recorded."""
+        weights = super().weights(q, k, pos, prepared, layer, start, end)
+        self.record(weights, layer, start, end)
+        return weights
 
     def record(self, weights: Tensor, layer: int, start: int, end: int) -> None:
         """Add the statistics of weights (B, H, end − start, end) of queries start..end−1."""

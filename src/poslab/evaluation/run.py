@@ -83,12 +83,13 @@ def evaluate_checkpoint(
     # length: each length gets the scheme options it needs, checked before any work
     overrides_at = {n: eval_overrides(eval_cfg, trained["pos"], n, train_length) for n in lengths}
     device = pick_device(eval_cfg.device)
-    variants: dict[str, Any] = {}  # overrides -> the model (built once each, checked up front)
+    built: dict[str, Any] = {}  # overrides -> (model, config), each built and checked up front
     for length in lengths:
         key = repr(overrides_at[length])
-        if key not in variants:
-            variants[key] = load_checkpoint(ckpt, overrides_at[length])
-    model, config = next(iter(variants.values()))
+        if key not in built:
+            built[key] = load_checkpoint(ckpt, overrides_at[length])
+    model_at = {n: built[repr(overrides_at[n])][0] for n in lengths}
+    model, config = next(iter(built.values()))
     precision = resolve_precision(eval_cfg.precision, device.type, key="eval.precision")
     log.info("evaluating on %s with precision %s", device, precision)
     overrides = {"path": data_path} if data_path else {}
@@ -125,7 +126,7 @@ def evaluate_checkpoint(
     unsupported: dict[int, str] = {}  # every length checked before the first window is scored
     for length in lengths:
         try:
-            variants[repr(overrides_at[length])][0].pos.check_length(offset + length - 1)
+            model_at[length].pos.check_length(offset + length - 1)
         except ConfigError as err:
             if eval_cfg.unsupported == "error":
                 raise
@@ -147,7 +148,7 @@ def evaluate_checkpoint(
                 continue
             # the stride is capped at the window, so one eval.stride serves every length
             stride = min(length, int(eval_cfg.stride or max(1, length // 2)))
-            model = variants[repr(overrides_at[length])][0].to(device)
+            model = model_at[length].to(device)
             result = score(
                 model, split, length, mode, stride if mode == "sliding" else None,
                 batch_size=eval_cfg.batch_size, position_offset=offset, bucket_size=bucket,

@@ -92,7 +92,7 @@ def eval_overrides(
     (left out where it is the identity: a factor of 1 for pi, ntk and yarn)."""
     from poslab.build import scheme_options
     from poslab.errors import ConfigError
-    from poslab.positions.rope_scaling import resolve_factor
+    from poslab.positions.rope_scaling import RopeScaling, resolve_factor
 
     eval_cfg = _plain(eval_cfg)
     overrides = dict(eval_cfg.get("pos_overrides") or {})
@@ -105,14 +105,11 @@ def eval_overrides(
             f"eval.rope_scaling and eval.logn_scaling act on rotary schemes (rope, xpos), not "
             f"on {target}; set eval.rope_scaling.kind=none and eval.logn_scaling=false"
         )
-    kind = options.get("kind", "none")
-    if kind in ("none", "rerope"):  # they ignore the factor: one model for every length
-        factor = 1.0
-    else:
-        factor = resolve_factor(kind, options.get("factor", "auto"), length, train_length)
-    if factor == 1 and kind in ("pi", "ntk", "yarn") and not options["logn"]:
-        return overrides  # the identity, bit for bit: the trained model itself
-    overrides["scaling"] = {**options, "factor": factor, "train_length": train_length}
+    factor = resolve_factor(options.get("kind", "none"), options.get("factor", "auto"), length,
+                            train_length)  # fmt: skip
+    scaling = {**options, "factor": factor, "train_length": train_length}
+    if not RopeScaling(**scaling).is_identity():  # the identity: the trained model itself
+        overrides["scaling"] = scaling
     return overrides
 
 

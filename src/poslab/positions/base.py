@@ -120,10 +120,8 @@ class PositionalScheme(nn.Module):
     def position_values(self, positions: Tensor) -> Tensor:
         """Positions as the scheme computes with them: fp32 (exact below 2**24), or with
         position_dtype=bf16 rounded to bf16 first (the bug: 257 and 258 become 256 and 258)."""
-        values = fp32_positions(positions)
-        if self.position_dtype == "bf16":
-            values = values.to(torch.bfloat16).float()
-        return values
+        dtype = POSITION_DTYPES[self.position_dtype]
+        return fp32_positions(positions).to(dtype).to(torch.float32)
 
     def prepared(self, positions: Tensor | Prepared) -> Prepared:
         return positions if isinstance(positions, Prepared) else self.prepare(positions)

@@ -100,7 +100,9 @@ class RopeScaling:
         return asdict(self)
 
     def is_identity(self) -> bool:
-        return self.kind == "none" and not self.logn
+        """Whether it computes exactly what no scaling does (a factor of 1 for pi, ntk, yarn)."""
+        unscaled = self.kind == "none" or self.kind in ("pi", "ntk", "yarn") and self.factor == 1
+        return unscaled and not self.logn
 
     @property
     def rescales_theta(self) -> bool:
@@ -179,7 +181,10 @@ class RopeScaling:
 
 def resolve_factor(kind: str, factor: Any, eval_length: int, train_length: int) -> float:
     """eval.rope_scaling.factor for one evaluation length: `auto` is L_eval / L_train (at least
-    1), except for dynamic_ntk, which reads the length itself (s = 1)."""
+    1), except for dynamic_ntk, which reads the length itself (s = 1); none and rerope ignore
+    the factor (1: one model serves every length)."""
+    if kind in ("none", "rerope"):
+        return 1.0
     if factor == "auto":
         if kind == "dynamic_ntk":
             return 1.0
