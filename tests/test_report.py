@@ -305,3 +305,68 @@ def test_runs_of_one_scheme_are_labelled_by_the_options_they_differ_in(tmp_path)
         paths.append(path)
     labels = [r["scheme"] for r in label_rows(paths)]
     assert labels == ["rope [pos.base=100]", "rope [pos.base=10000]"]
+
+
+# ---------------------------------------------------------------- seeds: mean ± sd
+
+
+def write_seeded_run(folder: Path, rows: list[dict], seed: int, base: int = 10000) -> Path:
+    """A run folder as a training sweep leaves it: results plus Hydra's resolved config."""
+    write_run(folder, rows)
+    (folder / ".hydra").mkdir()
+    config = f"seed: {seed}\npos:\n  _target_: R\n  base: {base}\ndata:\n  seq_len: 64\n"
+    (folder / ".hydra" / "config.yaml").write_text(config)
+    return folder
+
+
+def test_runs_that_differ_only_in_seed_merge_into_mean_and_sample_sd(tmp_path):
+    sweep = tmp_path / "sweep"
+    per_seed = {1: [10.0, 11.0, 15.0], 2: [12.0, 12.0, 18.0], 3: [14.0, 16.0, 21.0]}
+    for seed, ppls in per_seed.items():
+        write_seeded_run(sweep / f"{seed}_rope", curve("rope", ppls), seed)
+    write_seeded_run(sweep / "9_rope", curve("rope", [30.0, 31.0, 32.0]), 1, base=100)
+    rows = compare([sweep], tmp_path / "out")
+    merged = {r["length"]: r for r in rows if r["scheme"] == "rope [pos.base=10000]"}
+    other = [r for r in rows if r["scheme"] == "rope [pos.base=100]"]
+    assert sorted(merged) == [64, 128, 256] and len(other) == 3
+    at_256 = merged[256]
+    assert at_256["n_seeds"] == 3 and at_256["seeds"] == "1 2 3"
+    assert at_256["ppl"] == pytest.approx(18.0)
+    assert at_256["ppl_sd"] == pytest.approx(3.0)  # sample sd of 15, 18, 21
+    # the shape is taken seed by seed: 1.5, 1.5, 1.5 -> no spread, though the levels differ
+    assert at_256["ratio"] == pytest.approx(1.5) and at_256["ratio_sd"] == pytest.approx(0.0)
+    assert merged[64]["ppl_sd"] == pytest.approx(2.0)
+    assert "n_seeds" not in other[0]
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert "| rope [pos.base=10000] | 12.00 ± 2.00 | 13.00 ± 2.65 | 18.00 ± 3.00 |" in text
+    assert "| rope [pos.base=100] | 30.00 | 31.00 | 32.00 |" in text
+    note = "(rope [pos.base=10000]) show mean ± sample sd over 3 seeds; the other rows are one seed"
+    assert note in text
+    with (tmp_path / "out" / "comparison.csv").open() as f:
+        csv_rows = list(csv.DictReader(f))
+    assert {r["n_seeds"] for r in csv_rows if r["scheme"] == "rope [pos.base=10000]"} == {"3"}
+
+
+def test_a_seed_that_diverged_makes_the_merged_cell_nonfinite(tmp_path):
+    write_seeded_run(tmp_path / "a", curve("alibi", [10.0, 11.0]), 1)
+    write_seeded_run(tmp_path / "b", curve("alibi", [10.0, NAN], status="ok"), 2)
+    rows = compare([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
+    cells = {r["length"]: r for r in rows}
+    assert cells[64]["status"] == "ok" and cells[64]["n_seeds"] == 2
+    assert cells[128]["status"] == "nonfinite"
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert "| alibi | 10.00 ± 0.00 | nonfinite |" in text
+
+
+def test_a_table_of_single_runs_says_it_has_one_seed_per_row(tmp_path):
+    write_run(tmp_path / "a", curve("rope", [10.0, 11.0]))
+    write_run(tmp_path / "b", curve("alibi", [10.0, 10.0]))
+    compare([tmp_path], tmp_path / "out")
+    assert "One seed per row (no spread)." in (tmp_path / "out" / "comparison.md").read_text()
+
+
+def test_runs_alike_in_every_option_including_seed_keep_their_folder_labels(tmp_path):
+    write_seeded_run(tmp_path / "a", curve("rope", [10.0, 11.0]), 1)
+    write_seeded_run(tmp_path / "b", curve("rope", [12.0, 13.0]), 1)
+    rows = compare([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
+    assert {r["scheme"] for r in rows} == {"rope [a]", "rope [b]"}

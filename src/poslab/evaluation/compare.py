@@ -18,6 +18,7 @@ from poslab.evaluation.report import (
     markdown,
     write_reports,
 )
+from poslab.evaluation.seeds import merge_seeds
 
 log = logging.getLogger(__name__)
 RESULT = "extrapolation/extrapolation.json"
@@ -74,9 +75,10 @@ def run_options(run: Path) -> dict[str, Any] | None:
 
 
 def label_rows(results: list[Path]) -> list[dict]:
-    """All rows, with `scheme` made unique per run when two runs share a scheme name: by the
-    training options in which those runs differ (`rope [pos.base=100]`), else by run folder
-    (sweep/folder where two sweeps' jobs share a folder name)."""
+    """All rows, with `scheme` made unique per configuration when two runs share a scheme name:
+    by the training options in which those runs differ (`rope [pos.base=100]`), else by run
+    folder (sweep/folder where two sweeps' jobs share a folder name). Runs that differ only in
+    `seed` are one configuration: merged into mean ± sd rows (poslab.evaluation.seeds)."""
     runs = [path.parent.parent for path in results]
     folder_names = [r.name for r in runs]
     folders = [r.name if folder_names.count(r.name) == 1 else f"{r.parent.name}/{r.name}"
@@ -84,6 +86,7 @@ def label_rows(results: list[Path]) -> list[dict]:
     rows_of = [read_result(path) for path in results]
     schemes = [rows[0]["scheme"] if rows else None for rows in rows_of]
     labels: list[str | None] = [None] * len(runs)
+    seeds: list[Any] = [None] * len(runs)
     for scheme in {s for s in schemes if s is not None and schemes.count(s) > 1}:
         twins = [i for i, s in enumerate(schemes) if s == scheme]
         options = [run_options(runs[i]) for i in twins]
@@ -91,14 +94,28 @@ def label_rows(results: list[Path]) -> list[dict]:
         if all(o is not None for o in options):
             keys = sorted({k for o in options for k in o})
             differ = [k for k in keys if len({repr(o.get(k)) for o in options}) > 1]
+        shown = [k for k in differ if k != "seed"]
         for i, opts in zip(twins, options, strict=True):
-            labels[i] = ", ".join(f"{k}={opts.get(k)}" for k in differ) if differ else folders[i]
-        if len({labels[i] for i in twins}) < len(twins):  # options alike: the folders tell
-            for i in twins:
-                labels[i] = folders[i]
+            labels[i] = ", ".join(f"{k}={opts.get(k)}" for k in shown) if differ else folders[i]
+            seeds[i] = opts.get("seed") if "seed" in differ else None
+        # one label for several runs is fine only when their seeds tell them apart
+        for label in {labels[i] for i in twins}:
+            group = [i for i in twins if labels[i] == label]
+            if len(group) > 1 and len({repr(seeds[i]) for i in group}) < len(group):
+                for i in twins:
+                    labels[i], seeds[i] = folders[i], None
+                break
+    configurations: dict[str, list[tuple[Any, list[dict]]]] = {}
+    for label, seed, rows in zip(labels, seeds, rows_of, strict=True):
+        if rows:
+            name = f"{rows[0]['scheme']} [{label}]" if label else rows[0]["scheme"]
+            configurations.setdefault(name, []).append((seed, rows))
     merged = []
-    for label, rows in zip(labels, rows_of, strict=True):
-        merged += [{**r, "scheme": f"{r['scheme']} [{label}]"} if label else r for r in rows]
+    for name, members in configurations.items():
+        if len(members) > 1:
+            merged += merge_seeds(sorted(members, key=lambda m: (len(str(m[0])), str(m[0]))), name)
+        else:
+            merged += [{**r, "scheme": name} for r in members[0][1]]
     return merged
 
 

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -24,6 +25,8 @@ from matplotlib.figure import Figure  # noqa: E402
 CSV_FIELDS = [
     "scheme", "train_length", "mode", "split", "length", "factor", "status", "tokens", "loss",
     "ppl", "word_ppl", "bits_per_byte", "tokens_per_s", "seconds", "vocab_size",
+    # rows merged over seeds (poslab.evaluation.seeds): the spread and the seeds
+    "loss_sd", "ppl_sd", "word_ppl_sd", "bits_per_byte_sd", "ratio", "ratio_sd", "n_seeds", "seeds",
 ]  # fmt: skip
 NONFINITE = "nonfinite"  # the cell of a diverged model (NaN or inf), never "—" (a skipped length)
 # a log y-axis when the largest perplexity is at least this many times the smallest (see
@@ -63,7 +66,25 @@ def cell(row: dict | None, value: str) -> str:
         return NONFINITE
     if row.get("status") != "ok":
         return str(row.get("status"))
+    if row.get("n_seeds", 1) > 1 and is_finite(row.get(f"{value}_sd")):
+        return f"{fmt(row.get(value))} ± {fmt(row[f'{value}_sd'])}"
     return fmt(row.get(value))
+
+
+def seeds_note(rows: list[dict]) -> str:
+    """How many seeds the rows' cells stand for: "mean ± sample sd over 3 seeds" or "one seed
+    per row (no spread)"."""
+    counts = sorted({r.get("n_seeds", 1) for r in rows})
+    if counts == [1]:
+        return "One seed per row (no spread)."
+    merged = {r["scheme"] for r in rows if r.get("n_seeds", 1) > 1}
+    n = "/".join(str(c) for c in counts if c > 1)
+    if len(merged) < len({r["scheme"] for r in rows}):
+        return (
+            f"Rows merged over seeds ({', '.join(sorted(merged))}) show mean ± sample sd over "
+            f"{n} seeds; the other rows are one seed."
+        )
+    return f"Cells are mean ± sample sd over {n} seeds."
 
 
 def metric_name(rows: list[dict]) -> str:
@@ -166,6 +187,15 @@ def line_styles(n: int) -> list[dict]:
             for i in range(n)]  # fmt: skip
 
 
+def sd_band(ax: Axes, points: list[tuple[float, float, float]], color: Any) -> None:
+    """A shaded band of ± one sd around (x, mean, sd) points (rows merged over seeds)."""
+    if points:
+        xs, means, sds = zip(*points, strict=True)
+        lows = [m - s for m, s in zip(means, sds, strict=True)]
+        highs = [m + s for m, s in zip(means, sds, strict=True)]
+        ax.fill_between(xs, lows, highs, color=color, alpha=0.15, lw=0)
+
+
 def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
     """The figure of `plot_ppl_vs_length` (callers close it). Non-finite perplexities are left
     out; with none finite the axes say so. With several series a second panel shows each one
@@ -173,6 +203,7 @@ def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
     different levels compare by shape, and the legend goes beside the panels."""
     several_modes = len({r["mode"] for r in rows}) > 1
     series: dict[str, list] = {}
+    spread: dict[str, dict[int, tuple]] = {}  # label -> length -> (ppl sd, ratio, ratio sd)
     dropped: list[tuple[str, int]] = []
     for r in rows:
         label = series_label(r, series_key, several_modes)
@@ -180,6 +211,9 @@ def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
             dropped.append((label, r["length"]))
         elif r["status"] == "ok" and r["ppl"] > 0:
             series.setdefault(label, []).append((r["length"], r["ppl"]))
+            if r.get("n_seeds", 1) > 1 and is_finite(r.get("ppl_sd")):
+                spread.setdefault(label, {})[r["length"]] = (
+                    r["ppl_sd"], r.get("ratio"), r.get("ratio_sd"))  # fmt: skip
     compare = len(series) > 1
     fig, axes = plt.subplots(1, 2 if compare else 1, figsize=(12.5, 4.6) if compare else (6.4, 4.2))
     axes = list(axes) if compare else [axes]
@@ -188,9 +222,13 @@ def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
     for (label, pts), style in zip(series.items(), line_styles(len(series)), strict=True):
         pts = sorted(pts)
         ax.plot(*zip(*pts, strict=True), label=label, **style)
+        band = [(n, p, *spread[label][n]) for n, p in pts if n in spread.get(label, {})]
+        sd_band(ax, [(n, p, sd) for n, p, sd, _, _ in band], style["color"])
         if compare:
             ref = next((p for n, p in pts if n in train_lengths), pts[0][1])
             axes[1].plot([n for n, _ in pts], [p / ref for _, p in pts], label=label, **style)
+            ratios = [(n, r, sd) for n, _, _, r, sd in band if is_finite(r) and is_finite(sd)]
+            sd_band(axes[1], ratios, style["color"])
     for a in axes:
         for n in train_lengths:
             a.axvline(n, color="grey", ls=":", lw=1)
@@ -318,6 +356,8 @@ def markdown(rows: list[dict], title: str, row_key: str) -> str:
         legend.append(f"{NONFINITE} = the model diverged there (NaN or inf loss)")
     if legend:
         parts[-1] += " " + "; ".join(legend) + "."
+    if row_key == "scheme":
+        parts[-1] += " " + seeds_note(rows)
     groups = (
         {"all modes": rows}
         if row_key == "mode"

@@ -1,0 +1,87 @@
+"""Runs that differ only in their seed, merged into one row per length: the mean, the sample
+standard deviation (n − 1) and the number of seeds, for every metric the rows hold.
+
+The per-seed ratio to the training length (`ratio`, `ratio_sd`) is taken seed by seed (each
+seed's perplexity at k× over its own at 1×), so the spread of a shape is not inflated by the
+seeds' different levels.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from poslab.evaluation.report import NONFINITE, is_finite, is_nonfinite
+
+# the metrics averaged over seeds when every seed's row has them
+METRICS = ("loss", "ppl", "word_ppl", "bits_per_byte", "accuracy", "answer_ppl", "tokens_per_s")
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0.0 for a single value)."""
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def mean_buckets(rows: list[dict]) -> list[list] | None:
+    """The loss-by-position buckets averaged over seeds (token-weighted), when every seed has the
+    same buckets; None otherwise."""
+    all_buckets = [r.get("loss_by_position") for r in rows]
+    if not all(all_buckets) or len({tuple(b[0] for b in bs) for bs in all_buckets}) != 1:
+        return None
+    merged = []
+    for parts in zip(*all_buckets, strict=True):
+        count = sum(c for _, _, c in parts)
+        finite = all(is_finite(m) for _, m, _ in parts)
+        mean = sum(m * c for _, m, c in parts) / count if count and finite else math.nan
+        merged.append([parts[0][0], mean, count])
+    return merged
+
+
+def seed_ratios(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, list[float]]:
+    """(mode, length) -> each seed's perplexity there over its own at the training length."""
+    ratios: dict[tuple, list[float]] = {}
+    for _, rows in runs:
+        at_one = {r["mode"]: r["ppl"] for r in rows if r.get("factor") == 1.0
+                  and r["status"] == "ok" and is_finite(r.get("ppl")) and r["ppl"] > 0}  # fmt: skip
+        for r in rows:
+            if r["mode"] in at_one and r["status"] == "ok" and is_finite(r.get("ppl")):
+                ratios.setdefault((r["mode"], r["length"]), []).append(r["ppl"] / at_one[r["mode"]])
+    return ratios
+
+
+def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
+    """One row per (mode, length) for runs [(seed, rows), ...] of one configuration: status "ok"
+    with `<metric>` the mean and `<metric>_sd` the spread when every seed's row is ok;
+    "nonfinite" when any seed diverged there; the first seed's "skipped: ..." when skipped."""
+    cells: dict[tuple, list[tuple[Any, dict]]] = {}
+    for seed, rows in runs:
+        for r in rows:
+            cells.setdefault((r["mode"], r["length"]), []).append((seed, r))
+    ratios = seed_ratios(runs)
+    merged = []
+    for key, seeded in cells.items():
+        rows = [r for _, r in seeded]
+        row = {k: v for k, v in rows[0].items() if k not in METRICS and k != "loss_by_position"}
+        row.update(scheme=scheme, n_seeds=len(rows), seeds=" ".join(str(s) for s, _ in seeded))
+        skipped = [r for r in rows if str(r["status"]).startswith("skipped")]
+        if skipped:
+            row["status"] = skipped[0]["status"]
+        elif any(is_nonfinite(r) for r in rows):
+            row["status"] = NONFINITE
+            row.update(ppl=math.nan, loss=math.nan)
+        elif all(r["status"] == "ok" for r in rows):
+            for metric in METRICS:
+                values = [r.get(metric) for r in rows]
+                if all(is_finite(v) for v in values):
+                    row[metric], row[f"{metric}_sd"] = mean_sd(values)
+            if len(ratios.get(key, [])) == len(rows):
+                row["ratio"], row["ratio_sd"] = mean_sd(ratios[key])
+            buckets = mean_buckets(rows)
+            if buckets:
+                row["loss_by_position"] = buckets
+        else:
+            row["status"] = next(r["status"] for r in rows if r["status"] != "ok")
+        merged.append(row)
+    return merged
