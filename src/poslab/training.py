@@ -368,7 +368,7 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
             evaluate_checkpoint(
                 checkpoint.best_model_path or str(last.path),
                 cfg.eval,
-                cache=datamodule.cache,
+                cache=getattr(datamodule, "cache", None),  # a generated task has none
                 out_dir=out,
                 wandb_run=logger.experiment if isinstance(logger, WandbLogger) else None,
                 trained_tokens=trainer.global_step * tokens_per_step(cfg, trainer.world_size),

@@ -155,6 +155,8 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "data.tokenizer": choice("word", "bpe"),
     "data.vocab_size": integer(2, null=True),
     "data.valid_fraction": number(ge=0, lt=1),
+    "data.loss_on": choice("answer", "all"),
+    "data.val_examples": integer(1),
     "model.n_layer": integer(1),
     "model.n_head": integer(1),
     "model.d_model": integer(1),
@@ -191,6 +193,7 @@ EVAL_SCHEMA: dict[str, Check] = {
     "eval.precision": choice(*PRECISION_CHOICES),
     "eval.device": choice("auto", "cpu", "cuda"),
     "eval.log_wandb": boolean(),
+    "eval.task_examples": integer(1),
 }
 
 

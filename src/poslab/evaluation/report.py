@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
@@ -27,6 +28,9 @@ CSV_FIELDS = [
     "ppl", "word_ppl", "bits_per_byte", "tokens_per_s", "seconds", "vocab_size",
     # rows merged over seeds (poslab.evaluation.seeds): the spread and the seeds
     "loss_sd", "ppl_sd", "word_ppl_sd", "bits_per_byte_sd", "ratio", "ratio_sd", "n_seeds", "seeds",
+    # generated tasks (poslab.evaluation.tasks): answer accuracy, and a uniform guess's
+    "task", "accuracy", "accuracy_sd", "token_accuracy", "token_accuracy_sd", "chance",
+    "token_chance", "examples",
 ]  # fmt: skip
 NONFINITE = "nonfinite"  # the cell of a diverged model (NaN or inf), never "—" (a skipped length)
 # a log y-axis when the largest perplexity is at least this many times the smallest (see
@@ -337,11 +341,26 @@ def write_reports(
         writer.writeheader()
         writer.writerows(rows)
     paths["md"].write_text((text or markdown(rows, title, series_key)) + "\n")
+    if is_task(rows):  # accuracy, the condition heatmap, and the answer tokens' perplexity
+        paths["accuracy_plot"] = out / f"{stem}_accuracy.png"
+        save(accuracy_figure(rows, series_key, title), paths["accuracy_plot"])
+        heatmap = heatmap_figure(rows, series_key, title)
+        if heatmap is not None:
+            paths["heatmap"] = out / f"{stem}_heatmap.png"
+            save(heatmap, paths["heatmap"])
+        plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, f"{title} (answer tokens)")
+        del paths["position_plot"]  # no loss by position for answers
+        return paths
     plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, title)
     if position_rows is None:
         position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
     plot_loss_vs_position(position_rows, paths["position_plot"], f"{title}: loss by position")
     return paths
+
+
+def save(fig: Figure, path: Path) -> None:
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def markdown(rows: list[dict], title: str, row_key: str) -> str:
@@ -366,6 +385,9 @@ def markdown(rows: list[dict], title: str, row_key: str) -> str:
         }
     )
     for name, sub in groups.items():
+        if is_task(sub):
+            parts += task_tables(sub, name, row_key)
+            continue
         other = metric_name(sub)
         parts += [
             f"\n### token perplexity ({name})\n",
@@ -374,6 +396,107 @@ def markdown(rows: list[dict], title: str, row_key: str) -> str:
             markdown_table(sub, other, row_key),
         ]
     return "\n".join(parts)
+
+
+def is_task(rows: list[dict]) -> bool:
+    """Rows of a generated task's evaluation (accuracy), not of a corpus (perplexity)."""
+    return any("accuracy" in r for r in rows)
+
+
+def task_tables(rows: list[dict], name: str, row_key: str) -> list[str]:
+    """The Markdown parts of a task's rows: exact-match accuracy, token accuracy, answer ppl."""
+    chance = next((r for r in rows if is_finite(r.get("chance"))), None)
+    note = (
+        f"\nA uniform guess scores {chance['token_chance']:.3g} per answer token "
+        f"({chance['chance']:.2g} exact match at L={chance['length']})."
+        if chance
+        else ""
+    )
+    return [
+        f"\n### accuracy: the whole answer right ({name})\n",
+        markdown_table(rows, "accuracy", row_key),
+        f"\n### token accuracy: answer tokens right ({name})\n",
+        markdown_table(rows, "token_accuracy", row_key),
+        f"\n### answer perplexity ({name})\n",
+        markdown_table(rows, "ppl", row_key),
+        note,
+    ]
+
+
+def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
+    """Exact-match and token accuracy against evaluation length (log-x), one line per series,
+    with a ± sd band for rows merged over seeds (callers close the figure)."""
+    several_modes = len({r["mode"] for r in rows}) > 1
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.6))
+    series: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["status"] == "ok" and is_finite(r.get("accuracy")):
+            series.setdefault(series_label(r, series_key, several_modes), []).append(r)
+    for (label, pts), style in zip(series.items(), line_styles(len(series)), strict=True):
+        pts = sorted(pts, key=lambda r: r["length"])
+        for ax, value in zip(axes, ("accuracy", "token_accuracy"), strict=True):
+            ax.plot([r["length"] for r in pts], [r[value] for r in pts], label=label, **style)
+            if any(r.get("n_seeds", 1) > 1 for r in pts):
+                band = [(r["length"], r[value], r.get(f"{value}_sd") or 0.0) for r in pts]
+                sd_band(ax, band, style["color"])
+    chance = next((r for r in rows if is_finite(r.get("token_chance"))), None)
+    for ax, what in zip(axes, ("whole answer right", "answer tokens right"), strict=True):
+        for n in {r["train_length"] for r in rows}:
+            ax.axvline(n, color="grey", ls=":", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("evaluation length (tokens); dotted: training length")
+        ax.set_ylabel(f"accuracy ({what})")
+        ax.grid(True, which="both", alpha=0.3)
+        if not series:
+            no_data_note(ax, "no accuracy to plot")
+    if chance:
+        axes[1].axhline(chance["token_chance"], color="grey", ls="--", lw=1, label="chance")
+    axes[0].set_title(title)
+    axes[1].set_title("per answer token")
+    if series:
+        axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def heatmap_figure(rows: list[dict], series_key: str, title: str) -> Figure | None:
+    """Accuracy by condition (rows of the image, e.g. the passkey's depth) and evaluation length
+    (columns), one panel per series; None when the rows have no conditions."""
+    several_modes = len({r["mode"] for r in rows}) > 1
+    panels: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["status"] == "ok" and r.get("by_condition"):
+            panels.setdefault(series_label(r, series_key, several_modes), []).append(r)
+    if not panels:
+        return None
+    n = len(panels)
+    cols = min(n, 4)
+    fig, axes = plt.subplots(
+        math.ceil(n / cols), cols, figsize=(3.6 * cols, 3.2 * math.ceil(n / cols)), squeeze=False
+    )
+    image = None
+    for ax, (label, pts) in zip(axes.flat, panels.items(), strict=False):
+        pts = sorted(pts, key=lambda r: r["length"])
+        conditions = [c["condition"] for c in pts[0]["by_condition"]]
+        grid = np.array([[c["accuracy"] for c in r["by_condition"]] for r in pts]).T
+        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+        ax.set_xticks(range(len(pts)), [str(r["length"]) for r in pts], fontsize=7)
+        key = next(iter(conditions[0]), "")
+        ax.set_yticks(range(len(conditions)), [f"{c.get(key, '')}" for c in conditions], fontsize=7)
+        ax.set_xlabel("evaluation length")
+        ax.set_ylabel(key)
+        ax.set_title(label, fontsize=9)
+        for (y, x), value in np.ndenumerate(grid):
+            ax.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=6,
+                    color="white" if value < 0.5 else "black")  # fmt: skip
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    if image is not None:
+        fig.colorbar(image, ax=list(axes.flat), shrink=0.8, label="accuracy")
+    return fig
 
 
 def load_rows(paths: Iterable[Path]) -> list[dict]:

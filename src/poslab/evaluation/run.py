@@ -62,6 +62,46 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def models_by_length(
+    ckpt: str | Path, eval_cfg: Any, trained: dict, lengths: list[int]
+) -> tuple[dict[int, Any], dict]:
+    """The model each evaluation length uses, and the run config: eval.pos_overrides plus an
+    eval-time variant (RoPE scaling) whose factor may follow the length, so each length gets the
+    scheme options it needs; every distinct model is built and checked before any work."""
+    train_length = int(trained["data"]["seq_len"])
+    overrides_at = {n: eval_overrides(eval_cfg, trained["pos"], n, train_length) for n in lengths}
+    built: dict[str, Any] = {}  # overrides -> (model, config)
+    for length in lengths:
+        key = repr(overrides_at[length])
+        if key not in built:
+            built[key] = load_checkpoint(ckpt, overrides_at[length])
+    model_at = {n: built[repr(overrides_at[n])][0] for n in lengths}
+    return model_at, next(iter(built.values()))[1]
+
+
+def row_name(config: dict, eval_cfg: Any) -> tuple[str, str]:
+    """(the rows' scheme name, the eval-time variant): an eval-time change of the scheme is part
+    of the name, `rope + yarn s=auto`."""
+    parts = [f"{k}={v}" for k, v in (eval_cfg.get("pos_overrides") or {}).items()]
+    variant = ", ".join(p for p in [*parts, eval_variant_label(eval_cfg)] if p)
+    scheme = scheme_label(config)
+    return (f"{scheme} + {variant}" if variant else scheme), variant
+
+
+def unsupported_lengths(model_at: dict[int, Any], eval_cfg: Any, offset: int) -> dict[int, str]:
+    """length -> why the scheme cannot represent it (learned positions past their table); with
+    eval.unsupported=error the first such length is the error. Checked before any scoring."""
+    unsupported: dict[int, str] = {}
+    for length, model in model_at.items():
+        try:
+            model.pos.check_length(offset + length - 1)
+        except ConfigError as err:
+            if eval_cfg.unsupported == "error":
+                raise
+            unsupported[length] = str(err)
+    return unsupported
+
+
 def evaluate_checkpoint(
     ckpt: str | Path,
     eval_cfg: Any,
@@ -72,24 +112,21 @@ def evaluate_checkpoint(
     trained_tokens: int | None = None,
 ) -> list[dict]:
     """Score the checkpoint at every eval length and mode; write reports; return the rows.
-    `trained_tokens` (after training) lets `eval.max_tokens=auto` cap a short run's evaluation."""
+    `trained_tokens` (after training) lets `eval.max_tokens=auto` cap a short run's evaluation.
+    A checkpoint trained on a generated task (data=passkey, ...) is scored on that task."""
     if isinstance(eval_cfg, DictConfig):
         eval_cfg = OmegaConf.create(OmegaConf.to_container(eval_cfg, resolve=True))
     check_eval_config(eval_cfg)
     trained = read_checkpoint(ckpt)["hyper_parameters"]["config"]
+    if "task" in trained["data"]:
+        from poslab.evaluation.tasks import evaluate_task_checkpoint
+
+        return evaluate_task_checkpoint(ckpt, eval_cfg, trained, out_dir, wandb_run)
     train_length = int(trained["data"]["seq_len"])
     lengths = eval_lengths(eval_cfg, train_length)
-    # eval.pos_overrides, plus an eval-time variant (RoPE scaling) whose factor may follow the
-    # length: each length gets the scheme options it needs, checked before any work
-    overrides_at = {n: eval_overrides(eval_cfg, trained["pos"], n, train_length) for n in lengths}
+    model_at, config = models_by_length(ckpt, eval_cfg, trained, lengths)
+    model = model_at[lengths[0]]
     device = pick_device(eval_cfg.device)
-    built: dict[str, Any] = {}  # overrides -> (model, config), each built and checked up front
-    for length in lengths:
-        key = repr(overrides_at[length])
-        if key not in built:
-            built[key] = load_checkpoint(ckpt, overrides_at[length])
-    model_at = {n: built[repr(overrides_at[n])][0] for n in lengths}
-    model, config = next(iter(built.values()))
     precision = resolve_precision(eval_cfg.precision, device.type, key="eval.precision")
     log.info("evaluating on %s with precision %s", device, precision)
     overrides = {"path": data_path} if data_path else {}
@@ -116,21 +153,10 @@ def evaluate_checkpoint(
     split = split.after_line_end(cache.tokenizer().token_to_id(EOS))
     offset = int(eval_cfg.position_offset)
     bucket = int(eval_cfg.bucket_size or max(1, train_length // 32))
-    scheme = scheme_label(config)
-    # an eval-time change of the scheme is part of the row's name: `rope + yarn s=auto`
-    parts = [f"{k}={v}" for k, v in (eval_cfg.get("pos_overrides") or {}).items()]
-    variant = ", ".join(p for p in [*parts, eval_variant_label(eval_cfg)] if p)
-    scheme = f"{scheme} + {variant}" if variant else scheme
+    scheme, variant = row_name(config, eval_cfg)
     word_level = bool(config["data"].get("word_level"))
 
-    unsupported: dict[int, str] = {}  # every length checked before the first window is scored
-    for length in lengths:
-        try:
-            model_at[length].pos.check_length(offset + length - 1)
-        except ConfigError as err:
-            if eval_cfg.unsupported == "error":
-                raise
-            unsupported[length] = str(err)
+    unsupported = unsupported_lengths(model_at, eval_cfg, offset)
     if len(split.ids) < 2:
         raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
 
@@ -183,26 +209,30 @@ def default_out_dir(ckpt: str | Path) -> Path:
 
 
 def log_to_wandb(run: Any, rows: list[dict], paths: dict[str, Path]) -> None:
-    """A table, a line plot per mode, and the PNGs, in the given W&B run."""
+    """A table, a line plot per mode (perplexity, or accuracy for a task), and the PNGs, in the
+    given W&B run."""
     import wandb
 
     ok = [r for r in rows if r["status"] == "ok"]
-    columns = ["scheme", "mode", "length", "factor", "ppl", "loss", metric_name(ok)]
-    table = wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in ok])
+    value = "accuracy" if any("accuracy" in r for r in ok) else "ppl"
+    extra = ["token_accuracy", "ppl", "loss"] if value == "accuracy" else ["loss", metric_name(ok)]
+    columns = ["scheme", "mode", "length", "factor", value, *extra]
+    table = wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in ok])
     payload: dict[str, Any] = {"extrapolation/table": table}
     for mode in dict.fromkeys(r["mode"] for r in ok):
         sub = wandb.Table(
-            columns=["length", "ppl"],
-            data=[[r["length"], r["ppl"]] for r in ok if r["mode"] == mode],
+            columns=["length", value],
+            data=[[r["length"], r[value]] for r in ok if r["mode"] == mode],
         )
-        payload[f"extrapolation/ppl_vs_length_{mode}"] = wandb.plot.line(
-            sub, "length", "ppl", title=f"perplexity vs eval length ({mode})"
+        payload[f"extrapolation/{value}_vs_length_{mode}"] = wandb.plot.line(
+            sub, "length", value, title=f"{value} vs eval length ({mode})"
         )
-    payload["extrapolation/ppl_plot"] = wandb.Image(str(paths["ppl_plot"]))
-    payload["extrapolation/position_plot"] = wandb.Image(str(paths["position_plot"]))
+    for name, path in paths.items():
+        if path.suffix == ".png" and path.is_file():
+            payload[f"extrapolation/{name}"] = wandb.Image(str(path))
     run.log(payload)
     for r in ok:
-        run.summary[f"extrapolation/{r['mode']}/ppl@{r['length']}"] = r["ppl"]
+        run.summary[f"extrapolation/{r['mode']}/{value}@{r['length']}"] = r[value]
 
 
 def run_eval(cfg: DictConfig) -> list[dict]:

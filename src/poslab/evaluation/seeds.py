@@ -15,7 +15,9 @@ from typing import Any
 from poslab.evaluation.report import NONFINITE, is_finite, is_nonfinite
 
 # the metrics averaged over seeds when every seed's row has them
-METRICS = ("loss", "ppl", "word_ppl", "bits_per_byte", "accuracy", "answer_ppl", "tokens_per_s")
+METRICS = (
+    "loss", "ppl", "word_ppl", "bits_per_byte", "accuracy", "token_accuracy", "tokens_per_s",
+)  # fmt: skip
 
 
 def mean_sd(values: list[float]) -> tuple[float, float]:
@@ -36,6 +38,20 @@ def mean_buckets(rows: list[dict]) -> list[list] | None:
         finite = all(is_finite(m) for _, m, _ in parts)
         mean = sum(m * c for _, m, c in parts) / count if count and finite else math.nan
         merged.append([parts[0][0], mean, count])
+    return merged
+
+
+def mean_conditions(rows: list[dict]) -> list[dict] | None:
+    """A task's accuracy per condition (passkey depth) averaged over seeds, when every seed
+    measured the same conditions; None otherwise."""
+    tables = [r.get("by_condition") for r in rows]
+    if not all(tables) or len({repr([c["condition"] for c in t]) for t in tables}) != 1:
+        return None
+    merged = []
+    for cells in zip(*tables, strict=True):
+        accuracy, sd = mean_sd([c["accuracy"] for c in cells])
+        merged.append({**cells[0], "accuracy": accuracy, "accuracy_sd": sd,
+                       "examples": sum(c["examples"] for c in cells)})  # fmt: skip
     return merged
 
 
@@ -81,6 +97,7 @@ def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
             buckets = mean_buckets(rows)
             if buckets:
                 row["loss_by_position"] = buckets
+            row["by_condition"] = mean_conditions(rows)
         else:
             row["status"] = next(r["status"] for r in rows if r["status"] != "ok")
         merged.append(row)

@@ -1,0 +1,114 @@
+"""The task interface: a generated sequence, the positions of its answer, and its score.
+
+A task makes examples of exactly `length + 1` tokens (the model reads tokens[:-1] and predicts
+tokens[1:], as for text windows); `answer` marks the targets that are the answer. Examples are a
+pure function of (length, condition, rng), so a seed fixes a data set. The score of an example is
+the exact match of its answer tokens under the model's argmax at each answer position (teacher
+forcing): every argmax right ⇔ greedy decoding writes the whole answer, so one forward pass
+scores it.
+
+A task adds itself as one module under poslab/tasks/ and one file under conf/data/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from poslab.errors import ConfigError
+
+PAD = "<pad>"
+
+
+@dataclass(frozen=True)
+class Example:
+    tokens: np.ndarray  # (length + 1,) int64
+    answer: np.ndarray  # (length,) bool over the targets tokens[1:]
+    condition: dict[str, Any] = field(default_factory=dict)  # e.g. {"depth": 0.5}
+
+    @property
+    def targets(self) -> np.ndarray:
+        return self.tokens[1:]
+
+    @property
+    def padding(self) -> np.ndarray:
+        """(length,) bool: targets that are padding (never scored, not even with loss_on=all)."""
+        return self.targets == 0
+
+
+class Task:
+    """Base class. Subclasses set `name`, build their vocabulary with `vocabulary(...)` (id 0 is
+    the padding token) and implement `example`; `conditions` is the grid an evaluation covers
+    (passkey: depths), `answer_symbols` the alphabet answers are drawn from (for chance)."""
+
+    name = "task"
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = [PAD]
+        self.ids: dict[str, int] = {PAD: 0}
+
+    def vocabulary(self, *groups: list[str]) -> None:
+        """Add token groups (names must be unique) after the padding token."""
+        for token in (t for group in groups for t in group):
+            if token in self.ids:
+                raise ValueError(f"{self.name}: token {token!r} appears twice in the vocabulary")
+            self.ids[token] = len(self.tokens)
+            self.tokens.append(token)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def encode(self, words: str | list[str]) -> list[int]:
+        """Ids of a list of tokens, or of a string of space-separated tokens."""
+        return [self.ids[w] for w in (words.split() if isinstance(words, str) else words)]
+
+    def decode(self, ids: Any) -> str:
+        return " ".join(self.tokens[int(i)] for i in ids)
+
+    def min_length(self) -> int:
+        """The shortest `length` an example fits in."""
+        raise NotImplementedError
+
+    def check_length(self, length: int, key: str = "data.seq_len") -> None:
+        if length < self.min_length():
+            raise ConfigError(
+                f"{key}={length} is too short for the {self.name} task: an example needs at "
+                f"least {self.min_length()} tokens; raise {key} or shorten the task's options"
+            )
+
+    def example(
+        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        train: bool = False,
+    ) -> Example:  # fmt: skip
+        """One example of `length` + 1 tokens. `train` examples may vary within the length
+        (copy: any size up to it); evaluation examples fill it."""
+        raise NotImplementedError
+
+    def conditions(self) -> list[dict[str, Any]]:
+        """The conditions every evaluation length is measured under (one heatmap axis)."""
+        return [{}]
+
+    def answer_symbols(self) -> list[int]:
+        """The ids answers are drawn from uniformly (chance = 1 / their number per token)."""
+        raise NotImplementedError
+
+    def chance(self, example: Example) -> tuple[float, float]:
+        """(exact-match, per-token) accuracy of a uniform guess over the answer symbols."""
+        per_token = 1.0 / len(self.answer_symbols())
+        return per_token ** int(example.answer.sum()), per_token
+
+
+def score(example: Example, predicted: np.ndarray) -> tuple[bool, int, int]:
+    """(answer exactly right, answer tokens right, answer tokens) for argmax ids over the
+    targets (length,)."""
+    right = predicted[example.answer] == example.targets[example.answer]
+    return bool(right.all()), int(right.sum()), int(right.size)
+
+
+def example_rng(seed: int, *stream: int) -> np.random.Generator:
+    """The generator of one example: a pure function of the run's seed and the example's place
+    (split, length, condition, index), so any example can be made again alone."""
+    return np.random.default_rng([seed, *stream])

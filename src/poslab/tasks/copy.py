@@ -1,0 +1,52 @@
+"""Copy a random string (Ruoss et al. 2023's algorithmic length-generalisation setup).
+
+    <bos> c a f f b = c a f f b
+
+Training examples have any string size that fits the training length (uniform), padded after
+the answer; evaluation examples fill the evaluation length, so a model is tested on strings
+longer than any it saw. The answer is the whole output string.
+"""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+
+from poslab.errors import ConfigError
+from poslab.tasks.base import Example, Task
+
+
+class Copy(Task):
+    name = "copy"
+
+    def __init__(self, symbols: int = 16) -> None:
+        super().__init__()
+        if not isinstance(symbols, int) or not 2 <= symbols <= 26:
+            raise ConfigError(f"data.task.symbols={symbols} must be an integer in [2, 26]")
+        self.vocabulary(["<bos>", "="], list(string.ascii_lowercase[:symbols]))
+        self.symbol_ids = np.arange(3, 3 + symbols)
+
+    def output(self, string_ids: np.ndarray) -> np.ndarray:
+        """The answer for an input string."""
+        return string_ids
+
+    def min_length(self) -> int:
+        return 3  # <bos> x = x
+
+    def example(
+        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        train: bool = False,
+    ) -> Example:  # fmt: skip
+        self.check_length(length)
+        longest = (length - 1) // 2  # <bos> + n + "=" + n ≤ length + 1
+        n = int(rng.integers(1, longest + 1)) if train else longest
+        source = rng.choice(self.symbol_ids, n)
+        tokens = np.zeros(length + 1, dtype=np.int64)  # padded after the answer
+        tokens[: 2 * n + 2] = [self.ids["<bos>"], *source, self.ids["="], *self.output(source)]
+        answer = np.zeros(length, dtype=bool)
+        answer[n + 1 : 2 * n + 1] = True  # targets n+1.. are the output tokens
+        return Example(tokens, answer, {"size": n})
+
+    def answer_symbols(self) -> list[int]:
+        return self.symbol_ids.tolist()

@@ -1,0 +1,78 @@
+"""Passkey retrieval (Mohtashami & Jaggi 2023; the PI and YaRN papers' long-context test).
+
+A key of `digits` random digits is stated once at a chosen depth of a repetitive filler text;
+the example ends with the question, and the answer is the key:
+
+    ... the sky is blue . the pass key is 7 1 4 0 9 . here we go . ...
+    what is the pass key ? 7 1 4 0 9
+
+Depth 0 puts the key at the start (the farthest from the question), depth 1 right before it.
+Training draws the depth uniformly; evaluation measures every depth of `eval_depths`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from poslab.errors import ConfigError
+from poslab.tasks.base import Example, Task
+
+FILLER = (
+    "the grass is green . the sky is blue . the sun is yellow . here we go . there and back again ."
+)
+DIGITS = [str(d) for d in range(10)]
+
+
+class Passkey(Task):
+    name = "passkey"
+
+    def __init__(
+        self, digits: int = 5, eval_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    ) -> None:
+        super().__init__()
+        if not isinstance(digits, int) or digits < 1:
+            raise ConfigError(f"data.task.digits={digits} must be an integer ≥ 1")
+        depths = list(eval_depths)
+        if not depths or not all(isinstance(d, int | float) and 0 <= d <= 1 for d in depths):
+            raise ConfigError(
+                f"data.task.eval_depths={depths} must be a non-empty list of numbers in [0, 1]"
+            )
+        self.digits = digits
+        self.eval_depths = [float(d) for d in depths]
+        words = sorted(set(FILLER.split()) | {"pass", "key", "what", "?"})
+        self.vocabulary(DIGITS, words)
+        self.statement = self.encode("the pass key is")
+        self.question = self.encode("what is the pass key ?")
+        self.filler = np.array(self.encode(FILLER))
+        self.full_stop = self.ids["."]
+
+    def min_length(self) -> int:
+        # statement + key + "." + question + key; no filler at all
+        return len(self.statement) + 2 * self.digits + 1 + len(self.question) - 1
+
+    def example(
+        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        train: bool = False,
+    ) -> Example:  # fmt: skip
+        self.check_length(length)
+        depth = (condition or {}).get("depth")
+        if depth is None:
+            depth = float(rng.random())
+        key = [self.ids[d] for d in rng.integers(0, 10, self.digits).astype(str)]
+        filler_total = length + 1 - self.min_length() - 1
+        before = int(round(depth * filler_total))
+        start = int(rng.integers(len(self.filler)))  # where in the filler text it begins
+        text = np.resize(np.roll(self.filler, -start), filler_total)
+        tokens = [
+            *text[:before], *self.statement, *key, self.full_stop, *text[before:],
+            *self.question, *key,
+        ]  # fmt: skip
+        answer = np.zeros(length, dtype=bool)
+        answer[-self.digits :] = True
+        return Example(np.asarray(tokens, dtype=np.int64), answer, {"depth": depth})
+
+    def conditions(self) -> list[dict]:
+        return [{"depth": d} for d in self.eval_depths]
+
+    def answer_symbols(self) -> list[int]:
+        return [self.ids[d] for d in DIGITS]
