@@ -224,6 +224,7 @@ def eval_case(*overrides: str) -> tuple[str, list[str]]:
 # {learned}, {rope} and {file} are filled in per run
 BAD_INPUTS = [
     (train_case("seed=abc"), "seed=abc must be an integer"),
+    (train_case("-m", "--cfg", "job"), "Only one of --run, --multirun, --cfg"),
     (train_case("seed=1.5"), "seed=1.5"),
     (train_case("optim.lr=nan"), "optim.lr=nan must be a finite number > 0"),
     (train_case("optim.lr=-1"), "optim.lr=-1"),

@@ -370,3 +370,21 @@ def test_runs_alike_in_every_option_including_seed_keep_their_folder_labels(tmp_
     write_seeded_run(tmp_path / "b", curve("rope", [12.0, 13.0]), 1)
     rows = compare([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
     assert {r["scheme"] for r in rows} == {"rope [a]", "rope [b]"}
+
+
+def test_shape_checks_use_the_seed_means_and_say_when_a_margin_is_within_the_spread():
+    rows = shape_rows({"sinusoidal": 5.0, "rope": 1.12, "alibi": 0.97, "t5": 1.1})
+    for r in rows:
+        if r["factor"] == 8.0:  # merged over 3 seeds: mean of the seeds' ratios and their sd
+            sd = {"rope": 0.05, "t5": 0.01}.get(r["scheme"], 0.001)
+            r.update(n_seeds=3, ratio=r["ppl"] / 100.0, ratio_sd=sd)
+    checks = "\n".join(shape_checks(rows))
+    assert (
+        "- [x] rope ppl at 8× clearly (≥ 10%) above its own at 1× (ratio 1.12 ± 0.05); "
+        "within the spread over seeds" in checks
+    )
+    assert "(ratio 0.97 ± 0.00)" in checks and "0.97 ± 0.00); within" not in checks
+    assert (
+        "- [x] t5 ratio at 8× between alibi and rope (0.97 ± 0.00 ≤ 1.10 ± 0.01 ≤ 1.12 ± "
+        "0.05); within the spread over seeds" in checks
+    )

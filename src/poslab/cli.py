@@ -206,6 +206,11 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
             raise
         print(f"error: {_hydra_error_line(err)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_INPUT)
+    except ValueError as err:  # Hydra's own check of its flags (-m with --cfg) is a ValueError
+        if user_wants_traces or "can be specified" not in str(err):
+            raise
+        print(f"error: {err}; run the command once per flag", file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 class CompareOnMultirunEnd(Callback):

@@ -47,7 +47,10 @@ def find_results(paths: list[str | Path]) -> list[Path]:
 
 
 # the options that tell two runs of one scheme apart in a table, when they differ
-LABEL_OPTIONS = ("pos.", "model.", "data.seq_len", "optim.", "seed", "trainer.max_steps")
+LABEL_OPTIONS = (
+    "pos.", "model.", "data.seq_len", "data.task.", "data.loss_on", "optim.", "seed",
+    "trainer.max_steps",
+)  # fmt: skip
 
 
 def run_options(run: Path) -> dict[str, Any] | None:
@@ -84,7 +87,8 @@ def label_rows(results: list[Path]) -> list[dict]:
     folders = [r.name if folder_names.count(r.name) == 1 else f"{r.parent.name}/{r.name}"
                for r in runs]  # fmt: skip
     rows_of = [read_result(path) for path in results]
-    schemes = [rows[0]["scheme"] if rows else None for rows in rows_of]
+    # runs of one scheme on different tasks are not twins: their rows never share a table
+    schemes = [(rows[0]["scheme"], rows[0].get("task")) if rows else None for rows in rows_of]
     labels: list[str | None] = [None] * len(runs)
     seeds: list[Any] = [None] * len(runs)
     for scheme in {s for s in schemes if s is not None and schemes.count(s) > 1}:
@@ -109,9 +113,9 @@ def label_rows(results: list[Path]) -> list[dict]:
     for label, seed, rows in zip(labels, seeds, rows_of, strict=True):
         if rows:
             name = f"{rows[0]['scheme']} [{label}]" if label else rows[0]["scheme"]
-            configurations.setdefault(name, []).append((seed, rows))
+            configurations.setdefault((name, rows[0].get("task")), []).append((seed, rows))
     merged = []
-    for name, members in configurations.items():
+    for (name, _), members in configurations.items():
         if len(members) > 1:
             merged += merge_seeds(sorted(members, key=lambda m: (len(str(m[0])), str(m[0]))), name)
         else:
@@ -133,13 +137,25 @@ def read_result(path: Path) -> list[dict]:
 
 def ratio(rows: list[dict], scheme: str, mode: str, factor: float) -> float | None:
     """ppl at `factor`× the training length over ppl at 1×, for one scheme (None if missing or
-    non-finite)."""
+    non-finite); for rows merged over seeds, the mean of the seeds' own ratios."""
+    merged = [r.get("ratio") for r in rows if r["scheme"] == scheme and r["mode"] == mode
+              and r.get("factor") == factor and r.get("n_seeds", 1) > 1]  # fmt: skip
+    if merged and is_finite(merged[0]):
+        return merged[0]
     at = {r["factor"]: r["ppl"] for r in rows
           if r["scheme"] == scheme and r["mode"] == mode and r["status"] == "ok"
           and not is_nonfinite(r) and is_finite(r.get("ppl"))}  # fmt: skip
     if 1.0 not in at or factor not in at or at[1.0] <= 0:
         return None
     return at[factor] / at[1.0]
+
+
+def ratio_spread(rows: list[dict], scheme: str, mode: str, factor: float) -> float | None:
+    """The sd over seeds of `scheme`'s ratio at `factor`× (rows merged over seeds), else None."""
+    for r in rows:
+        if (r["scheme"], r["mode"], r.get("factor")) == (scheme, mode, factor):
+            return r.get("ratio_sd") if r.get("n_seeds", 1) > 1 else None
+    return None
 
 
 def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str | None:
@@ -178,26 +194,41 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
     present = {s: r[s] is not None or why[s] is not None for s in schemes}
     checks: list[tuple[str, bool | None, str]] = []
 
-    def add(text: str, needs: tuple[str, ...], ok: Any) -> None:
-        """`ok` is called only when every scheme in `needs` learned."""
+    def add(text: str, needs: tuple[str, ...], ok: Any, note: Any = lambda: "") -> None:
+        """`ok` (and `note`, a remark on the margin) is called only when every scheme in `needs`
+        learned."""
         if not all(present[s] for s in needs):
             return
         reasons = [why[s] for s in needs if why[s]]
         if reasons:
             checks.append((text, None, "; ".join(reasons)))
         else:
-            checks.append((text, bool(ok()), ""))
+            checks.append((text + note(), bool(ok()), ""))
 
     f = f"{factor:g}×"
-    add(f"sinusoidal ppl at {f} ≥ 3× its own at 1× (ratio {fmt(r['sinusoidal'])})",
-        ("sinusoidal",), lambda: r["sinusoidal"] >= 3.0)  # fmt: skip
-    add(f"rope ppl at {f} clearly (≥ 10%) above its own at 1× (ratio {fmt(r['rope'])})",
-        ("rope",), lambda: r["rope"] >= 1.10)  # fmt: skip
-    add(f"alibi ppl at {f} within 5% of, or below, its own at 1× (ratio {fmt(r['alibi'])})",
-        ("alibi",), lambda: r["alibi"] <= 1.05)  # fmt: skip
-    add(f"t5 ratio at {f} between alibi and rope ({fmt(r['alibi'])} ≤ {fmt(r['t5'])} ≤ "
-        f"{fmt(r['rope'])})", ("t5", "rope", "alibi"),
-        lambda: r["alibi"] <= r["t5"] <= r["rope"])  # fmt: skip
+    sd = {s: ratio_spread(rows, s, mode, factor) for s in schemes}
+
+    def shown(s: str) -> str:
+        return fmt(r[s]) + (f" ± {fmt(sd[s])}" if sd[s] is not None else "")
+
+    def near(gap: float, *names: str) -> str:
+        """A note when a margin is smaller than the seeds' spread of the ratios involved."""
+        spread = sum(sd[s] or 0.0 for s in names)
+        return "; within the spread over seeds" if spread and abs(gap) <= spread else ""
+
+    add(f"sinusoidal ppl at {f} ≥ 3× its own at 1× (ratio {shown('sinusoidal')})",
+        ("sinusoidal",), lambda: r["sinusoidal"] >= 3.0,
+        lambda: near(r["sinusoidal"] - 3.0, "sinusoidal"))  # fmt: skip
+    add(f"rope ppl at {f} clearly (≥ 10%) above its own at 1× (ratio {shown('rope')})",
+        ("rope",), lambda: r["rope"] >= 1.10, lambda: near(r["rope"] - 1.10, "rope"))  # fmt: skip
+    add(f"alibi ppl at {f} within 5% of, or below, its own at 1× (ratio {shown('alibi')})",
+        ("alibi",), lambda: r["alibi"] <= 1.05,
+        lambda: near(r["alibi"] - 1.05, "alibi"))  # fmt: skip
+    add(f"t5 ratio at {f} between alibi and rope ({shown('alibi')} ≤ {shown('t5')} ≤ "
+        f"{shown('rope')})", ("t5", "rope", "alibi"),
+        lambda: r["alibi"] <= r["t5"] <= r["rope"],
+        lambda: near(r["t5"] - r["alibi"], "t5", "alibi")
+        or near(r["rope"] - r["t5"], "rope", "t5"))  # fmt: skip
     return [
         f"- [n/a] {text}: not applicable, {reason}"
         if ok is None
@@ -223,7 +254,7 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     out.mkdir(parents=True, exist_ok=True)
     title = title or "perplexity vs evaluation length"
     text = markdown(rows, title, "scheme")
-    for mode in dict.fromkeys(r["mode"] for r in rows):
+    for mode in dict.fromkeys(r["mode"] for r in rows if "accuracy" not in r):  # perplexity
         checks = shape_checks(rows, mode)
         if checks:
             text += f"\n\n### the ALiBi paper's shape ({mode}, 8× the training length)\n\n"
