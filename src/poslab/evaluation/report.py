@@ -472,8 +472,9 @@ def heatmap_figure(rows: list[dict], series_key: str, title: str) -> Figure | No
         return None
     n = len(panels)
     cols = min(n, 4)
+    width = max(6.4, 3.6 * cols)  # room for the title above a single panel
     fig, axes = plt.subplots(
-        math.ceil(n / cols), cols, figsize=(3.6 * cols, 3.2 * math.ceil(n / cols)), squeeze=False
+        math.ceil(n / cols), cols, figsize=(width, 3.2 * math.ceil(n / cols) + 0.4), squeeze=False
     )
     image = None
     for ax, (label, pts) in zip(axes.flat, panels.items(), strict=False):
@@ -492,7 +493,7 @@ def heatmap_figure(rows: list[dict], series_key: str, title: str) -> Figure | No
                     color="white" if value < 0.5 else "black")  # fmt: skip
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     if image is not None:
         fig.colorbar(image, ax=list(axes.flat), shrink=0.8, label="accuracy")
