@@ -354,8 +354,9 @@ def test_scheme_name_detector_controls():
 
 # evaluation/compare.py is left out on purpose: its shape checks test the papers' claims about
 # named schemes (ALiBi flat past L, rotary rising)
-GENERIC_MODULES = ["model", "attention", "lit", "training", "build", "validate",
-                   "evaluation.run", "evaluation.perplexity", "evaluation.report"]  # fmt: skip
+GENERIC_MODULES = ["model", "attention", "linear_attention", "lit", "training", "build",
+                   "validate", "evaluation.run", "evaluation.perplexity", "evaluation.report",
+                   "evaluation.seeds", "evaluation.tasks", "tasks"]  # fmt: skip
 
 
 @pytest.mark.parametrize("module", GENERIC_MODULES)

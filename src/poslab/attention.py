@@ -33,7 +33,7 @@ from torch import Tensor
 from poslab.errors import ConfigError
 from poslab.precision import compute_dtype
 
-KERNELS = ("auto", "sdpa", "blockwise", "flex")
+KERNELS = ("auto", "sdpa", "blockwise", "flex", "linear")
 NEEDS = ("nothing", "bias", "scores")  # what a scheme may need (positions/base.py)
 log = logging.getLogger(__name__)
 BiasFn = Callable[[Tensor, Tensor], Tensor]  # (q_positions, k_positions) -> (H, Tq, Tk) fp32
@@ -186,6 +186,9 @@ class AttentionKernel:
     serves: tuple[str, ...] = ("nothing",)
     trains_on_cpu: bool = True
     has_dropout: bool = True
+    # True: the kernel applies the scheme's rotation itself (linear attention rotates features
+    # after its feature map); the model then hands it q and k unrotated
+    rotates_inside: bool = False
 
     def __init__(self, block_size: int = 1024) -> None:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:

@@ -66,7 +66,8 @@ class CausalSelfAttention(nn.Module):
         batch, seq_len, d_model = x.shape
         q, k, v = self.qkv(x).split(d_model, dim=2)
         q, k, v = (t.view(batch, seq_len, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
-        q, k = pos.rotate(q, k, prepared, layer)
+        if not kernel.rotates_inside:
+            q, k = pos.rotate(q, k, prepared, layer)
         dropout = self.dropout if self.training else 0.0
         y = kernel(q, k, v, pos, prepared, state, layer, dropout)
         y = y.transpose(1, 2).contiguous().view(batch, seq_len, d_model)
