@@ -24,7 +24,7 @@ from poslab.positions.xpos import XPos
 
 D_MODEL, N_HEAD, VOCAB = 32, 4, 41
 # schemes whose attention depends on positions only through m − n (cope: on no position at all)
-RELATIVE = {"nope", "rope", "xpos", "alibi", "t5", "kerple", "sandwich", "cope"}
+RELATIVE = {"nope", "rope", "xpos", "alibi", "t5", "kerple", "sandwich", "cope", "mrope", "rope2d"}
 ABSOLUTE = {"learned", "sinusoidal"}
 
 

@@ -148,7 +148,7 @@ def _probe(scheme: Any, seq_len: int) -> list[Any]:
     generator = torch.Generator().manual_seed(0)
     results: list[Any] = []
     for length in (seq_len, 4 * seq_len):
-        positions = torch.arange(length)
+        positions = scheme.positions(1, length, torch.device("cpu"))  # eval mode: 0..T-1
         d, h = scheme.d_model, scheme.n_head
         x = torch.randn(1, length, d, generator=generator)
         q, k = torch.randn(2, 1, h, length, d // h, generator=generator)

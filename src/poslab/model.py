@@ -150,9 +150,13 @@ class GPT(nn.Module):
 
     def hidden_states(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
         """Token ids (B, T) and positions ((T,) or (B, T)) -> final normalised states (B, T, d).
-        Without positions the scheme gives them: 0..T−1 (randomized in training, if set)."""
+        Without positions the scheme gives them: 0..T−1 (randomized in training, if set). A
+        multi-axis scheme takes (…, T, A), or token positions (…, T) of text (the same id on
+        every axis)."""
         if positions is None:
             positions = self.pos.positions(idx.shape[0], idx.shape[1], idx.device)
+        elif self.pos.position_axes and tuple(positions.shape) in (idx.shape[1:], idx.shape):
+            positions = self.pos.text_positions(positions)  # token positions: text
         self.check_positions(idx, positions)
         tokens = self.tok_emb(idx)
         if self.config.scale_embeddings:

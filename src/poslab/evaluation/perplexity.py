@@ -156,7 +156,9 @@ def score(
         n, score_from = batch[0].length, batch[0].score_from
         starts = torch.tensor([w.start for w in batch])
         tokens = ids[starts[:, None] + torch.arange(n + 1)].to(device, non_blocking=True)
-        positions = torch.arange(position_offset, position_offset + n, device=device)
+        positions = model.pos.text_positions(
+            torch.arange(position_offset, position_offset + n, device=device)
+        )
         with torch.autocast(
             device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None
         ):

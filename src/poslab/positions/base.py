@@ -104,6 +104,11 @@ class PositionalScheme(nn.Module):
             return keys.argsort(dim=1)[:, :seq_len].sort(dim=1).values
         return torch.arange(seq_len, device=device)
 
+    def text_positions(self, positions: Tensor) -> Tensor:
+        """Token positions (…, T) of text as this scheme takes them: as they are for one axis;
+        a multi-axis scheme gives every axis the same id."""
+        return positions
+
     def max_training_position(self, seq_len: int) -> int:
         """The largest position training shows the scheme."""
         if self.randomize_max is not None and self.randomize_max < seq_len:

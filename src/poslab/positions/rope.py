@@ -96,24 +96,28 @@ class Rotary(PositionalScheme):
         self.rotary_dims = rotary_dims
         self.pairing = pairing
         self.base = float(base)
-        theta = rope_theta(rotary_dims, self.base)
-        # The θ of the RoFormer ablation: trainable, shared by all layers and heads, started at
-        # base^(-2i/R), learned as is (`raw`: Adam moves each θ_i by about the learning rate per
-        # step, a huge relative step for the low frequencies) or as log θ (`log`: every step a
-        # relative change). theta_init is kept to report how far training moved it. A fixed θ
-        # is derived state, rebuilt from pos.base (not saved), so an eval-time base takes effect.
-        self.register_buffer("theta_init", theta.clone(), persistent=False)
         self.theta_param = theta_param if learnable_theta else None
-        if not learnable_theta:
-            self.register_buffer("theta", theta, persistent=False)
-        elif theta_param == "raw":
-            self.theta = nn.Parameter(theta)
-        else:
-            self.log_theta = nn.Parameter(theta.log())
+        self.set_theta(rope_theta(rotary_dims, self.base))
         # eval-time context extension (rope_scaling.py): set through eval.rope_scaling
         self.scaling = RopeScaling.from_options(scaling)
         if self.scaling is not None and self.scaling.kind == "rerope":
             self.needs = "scores"  # two score matrices merged by distance: the raw scores
+
+    def set_theta(self, theta: Tensor) -> None:
+        """Start θ at `theta` (R/2,): fixed, or trainable as `theta_param` says.
+
+        The θ of the RoFormer ablation: trainable, shared by all layers and heads, started at
+        base^(-2i/R), learned as is (`raw`: Adam moves each θ_i by about the learning rate per
+        step, a huge relative step for the low frequencies) or as log θ (`log`: every step a
+        relative change). theta_init is kept to report how far training moved it. A fixed θ is
+        derived state, rebuilt from pos.base (not saved), so an eval-time base takes effect."""
+        self.register_buffer("theta_init", theta.clone(), persistent=False)
+        if self.theta_param is None:
+            self.register_buffer("theta", theta, persistent=False)
+        elif self.theta_param == "raw":
+            self.theta = nn.Parameter(theta)
+        else:
+            self.log_theta = nn.Parameter(theta.log())
 
     def frequencies(self) -> Tensor:
         """θ_i (fp32), as trained."""
