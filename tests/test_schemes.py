@@ -25,7 +25,7 @@ from poslab.positions.xpos import XPos
 D_MODEL, N_HEAD, VOCAB = 32, 4, 41
 # schemes whose attention depends on positions only through m − n (cope: on no position at all)
 RELATIVE = {"nope", "rope", "xpos", "alibi", "t5", "kerple", "sandwich", "cope", "mrope", "rope2d"}
-ABSOLUTE = {"learned", "sinusoidal"}
+ABSOLUTE = {"learned", "sinusoidal", "learned2d"}
 
 
 def model_of(name: str, seed: int = 0, **options) -> GPT:

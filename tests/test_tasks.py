@@ -19,10 +19,17 @@ from poslab.losses import IGNORE_INDEX
 from poslab.tasks import TRAIN, VALIDATION, TaskDataModule, TaskExamples, example_rng, score
 from poslab.tasks.assoc_recall import AssocRecall
 from poslab.tasks.copy import Copy
+from poslab.tasks.grid import Grid
 from poslab.tasks.passkey import Passkey
 from poslab.tasks.reverse import Reverse
 
-TASKS = {"passkey": Passkey, "assoc_recall": AssocRecall, "copy": Copy, "reverse": Reverse}
+TASKS = {
+    "passkey": Passkey,
+    "assoc_recall": AssocRecall,
+    "copy": Copy,
+    "reverse": Reverse,
+    "grid": Grid,
+}
 
 
 def examples(task, length, n, seed=0, train=False, condition=None):
@@ -214,3 +221,51 @@ def test_bad_task_input_on_the_command_line_is_one_line(overrides, message, tmp_
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------- 2-D grids (data=grid)
+
+
+def test_grid_cells_copy_the_row_above_shifted_and_positions_are_row_column():
+    task = Grid()
+    for ex in examples(task, 70, 30):  # side 8: 64 cells, 6 padding tokens
+        s, shift = ex.condition["side"], ex.condition["shift"]
+        assert s == 8 and shift in (-1, 0, 1)
+        grid = ex.tokens[1 : s * s + 1].reshape(s, s)
+        assert (ex.tokens[s * s + 1 :] == 0).all()
+        answer = ex.answer[: s * s].reshape(s, s)
+        assert not answer[0].any() and not ex.answer[s * s :].any()
+        for r in range(1, s):
+            for c in range(s):
+                inside = 0 <= c - shift < s
+                assert answer[r, c] == inside
+                if inside:
+                    assert grid[r, c] == grid[r - 1, c - shift]
+        assert ex.positions[0].tolist() == [0, 0]
+        assert ex.positions[1 : s * s + 1].tolist() == [[r + 1, c + 1] for r in range(s)
+                                                        for c in range(s)]  # fmt: skip
+    assert task.max_position(256) == 16
+
+
+def test_grid_batches_carry_positions_and_a_1d_scheme_reads_the_token_index(tmp_path):
+    from poslab.training import run_training
+
+    made = TaskExamples(Grid(), 64, 4, seed=0, stream=TRAIN, train=True)
+    inputs, targets, positions = made[0]
+    assert inputs.shape == (64,) and positions.shape == (64, 2)
+    for scheme in ("rope2d", "rope"):
+        out = tmp_path / scheme
+        overrides = ["data=grid", f"pos={scheme}", *TASK_TINY, "data.seq_len=64", "logger=none"]
+        cfg = compose_train([*overrides, "eval.factors=[1,4]"], out)
+        run_training(cfg)
+        rows = json.loads((out / "extrapolation" / "extrapolation.json").read_text())
+        assert [r["length"] for r in rows] == [64, 256] and rows[1]["status"] == "ok"
+
+
+def test_a_scheme_with_other_position_axes_than_the_data_is_one_line(tmp_path):
+    from poslab.validate import check_run_config
+
+    cfg = compose_train(["data=grid", "pos=mrope", "model=tiny"], tmp_path)
+    with pytest.raises(ConfigError, match="pos=mrope takes 3 position axes but data=grid gives "
+                       "2 per token; set pos.axes=2"):  # fmt: skip
+        check_run_config(cfg)

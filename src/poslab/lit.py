@@ -85,11 +85,14 @@ class LanguageModel(L.LightningModule):
     def forward(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
         return self.model(idx, positions)
 
-    def _loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
-        inputs, targets = batch
-        return self.model.loss(inputs, targets)
+    def _loss(self, batch: tuple[Tensor, ...]) -> Tensor:
+        """(inputs, targets), or (inputs, targets, positions (B, T, A)) from data with position
+        axes (a grid): a multi-axis scheme reads them, a 1-D one takes the token index."""
+        inputs, targets, *positions = batch
+        given = positions[0] if positions and self.model.pos.position_axes else None
+        return self.model.loss(inputs, targets, given)
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         loss = self._loss(batch)
         self._watch_loss(loss)
         self.log("train/loss", loss, prog_bar=True)
@@ -103,7 +106,7 @@ class LanguageModel(L.LightningModule):
             self.log(f"pos/{name}", value)
         return loss
 
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
         loss = self._loss(batch)
         self.log("val/loss", loss, prog_bar=True, sync_dist=True)
 

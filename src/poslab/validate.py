@@ -298,6 +298,16 @@ def check_run_config(cfg: DictConfig) -> None:
             "pass on CPUs); train with attention=sdpa (evaluating with it works on CPUs)"
         )
     scheme.check_length(scheme.max_training_position(cfg.data.seq_len))
+    task = None
+    if config["data"].get("task"):  # a generated task: its positions must suit the scheme
+        task = instantiate_checked(config["data"]["task"])
+        task.check_length(cfg.data.seq_len)
+        if scheme.position_axes and task.position_axes not in (0, scheme.position_axes):
+            raise ConfigError(
+                f"pos={config.get('pos_name') or 'this scheme'} takes {scheme.position_axes} "
+                f"position axes but data={task.name} gives {task.position_axes} per token; set "
+                f"pos.axes={task.position_axes}"
+            )
     if cfg.eval.after_train:
         check_eval_config(cfg.eval)  # a typo fails now, not after training
         lengths = eval_lengths(cfg.eval, cfg.data.seq_len)
@@ -307,7 +317,9 @@ def check_run_config(cfg: DictConfig) -> None:
             scheme = scheme_with_overrides(config["pos"], overrides, gpt_config, cfg.data.seq_len)
         if cfg.eval.unsupported == "error":
             for length in lengths:
-                scheme.check_length(cfg.eval.position_offset + length - 1)
+                scheme.check_length(
+                    task.max_position(length) if task else cfg.eval.position_offset + length - 1
+                )
 
 
 def require(key: str, value: Any, check: Check) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +89,16 @@ def row_name(config: dict, eval_cfg: Any) -> tuple[str, str]:
     return (f"{scheme} + {variant}" if variant else scheme), variant
 
 
-def unsupported_lengths(model_at: dict[int, Any], eval_cfg: Any, offset: int) -> dict[int, str]:
-    """length -> why the scheme cannot represent it (learned positions past their table); with
-    eval.unsupported=error the first such length is the error. Checked before any scoring."""
+def unsupported_lengths(
+    model_at: dict[int, Any], eval_cfg: Any, max_position: Callable[[int], int]
+) -> dict[int, str]:
+    """length -> why the scheme cannot represent the positions up to `max_position(length)`
+    (learned positions past their table); with eval.unsupported=error the first such length is
+    the error. Checked before any scoring."""
     unsupported: dict[int, str] = {}
     for length, model in model_at.items():
         try:
-            model.pos.check_length(offset + length - 1)
+            model.pos.check_length(max_position(length))
         except ConfigError as err:
             if eval_cfg.unsupported == "error":
                 raise
@@ -156,7 +160,7 @@ def evaluate_checkpoint(
     scheme, variant = row_name(config, eval_cfg)
     word_level = bool(config["data"].get("word_level"))
 
-    unsupported = unsupported_lengths(model_at, eval_cfg, offset)
+    unsupported = unsupported_lengths(model_at, eval_cfg, lambda n: offset + n - 1)
     if len(split.ids) < 2:
         raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
 

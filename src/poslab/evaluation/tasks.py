@@ -50,10 +50,13 @@ def score_examples(
         batch = examples[i : i + batch_size]
         tokens = torch.from_numpy(np.stack([e.tokens for e in batch])).to(device)
         answer = torch.from_numpy(np.stack([e.answer for e in batch])).to(device)
+        positions = None  # the token index, unless the scheme reads the task's position axes
+        if model.pos.position_axes and batch[0].positions is not None:
+            positions = torch.from_numpy(np.stack([e.positions[:-1] for e in batch])).to(device)
         with torch.autocast(
             device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None
         ):
-            hidden = model.hidden_states(tokens[:, :-1])
+            hidden = model.hidden_states(tokens[:, :-1], positions)
         # logits only at the answer positions
         logits = hidden[answer].float() @ model.lm_head.weight.float().T
         targets = tokens[:, 1:][answer]
@@ -140,7 +143,7 @@ def evaluate_task_checkpoint(
         task.check_length(length, key="eval length")
     device = pick_device(eval_cfg.device)
     precision = resolve_precision(eval_cfg.precision, device.type, key="eval.precision")
-    unsupported = unsupported_lengths(model_at, eval_cfg, 0)
+    unsupported = unsupported_lengths(model_at, eval_cfg, task.max_position)
     scheme, variant = row_name(config, eval_cfg)
     base_row = {
         "scheme": scheme, "train_length": train_length, "mode": task.name, "split": "generated",

@@ -54,9 +54,14 @@ class TaskExamples(Dataset):
         rng = example_rng(self.seed, self.stream, self.length, i)
         return self.task.example(self.length, rng, self.condition, train=self.train)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
+        """(inputs, targets), and the inputs' positions (T, A) for a task with position axes."""
         example = self.example(i)
-        return torch.from_numpy(example.tokens[:-1].copy()), targets_of(example, self.loss_on)
+        inputs = torch.from_numpy(example.tokens[:-1].copy())
+        if example.positions is None:
+            return inputs, targets_of(example, self.loss_on)
+        positions = torch.from_numpy(example.positions[:-1].copy())
+        return inputs, targets_of(example, self.loss_on), positions
 
 
 class TaskDataModule(L.LightningDataModule):
@@ -101,6 +106,10 @@ class TaskDataModule(L.LightningDataModule):
     @property
     def vocab_size(self) -> int:
         return self.task.vocab_size
+
+    @property
+    def position_axes(self) -> int:
+        return self.task.position_axes
 
     def setup(self, stage: str | None = None) -> None:
         self.val_set = TaskExamples(

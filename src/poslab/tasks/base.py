@@ -27,6 +27,7 @@ class Example:
     tokens: np.ndarray  # (length + 1,) int64
     answer: np.ndarray  # (length,) bool over the targets tokens[1:]
     condition: dict[str, Any] = field(default_factory=dict)  # e.g. {"depth": 0.5}
+    positions: np.ndarray | None = None  # (length + 1, A) of a task with position axes
 
     @property
     def targets(self) -> np.ndarray:
@@ -44,6 +45,9 @@ class Task:
     (passkey: depths), `answer_symbols` the alphabet answers are drawn from (for chance)."""
 
     name = "task"
+    # 0: positions are the token index (text); A: the task gives every token A positions (a
+    # grid: row, column), which a multi-axis scheme reads and a 1-D scheme leaves for the index
+    position_axes = 0
 
     def __init__(self) -> None:
         self.tokens: list[str] = [PAD]
@@ -86,6 +90,10 @@ class Task:
         """One example of `length` + 1 tokens. `train` examples may vary within the length
         (copy: any size up to it); evaluation examples fill it."""
         raise NotImplementedError
+
+    def max_position(self, length: int) -> int:
+        """The largest position an example of `length` tokens uses (on any axis)."""
+        return length - 1
 
     def conditions(self) -> list[dict[str, Any]]:
         """The conditions every evaluation length is measured under (one heatmap axis)."""

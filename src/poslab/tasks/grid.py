@@ -1,0 +1,80 @@
+"""A generated 2-D dataset: grids whose rows repeat the row above, shifted (resolution
+extrapolation: train on small grids, test on larger ones).
+
+A grid of side s (the largest with s² + 1 ≤ length + 1 tokens: `<bos>` and the cells in raster
+order, padding after) has a random first row of `colors` colors; every later row is the row
+above shifted by the grid's `shift` (one of `shifts`, drawn per grid): cell (r, c) = cell
+(r − 1, c − shift), and a new random color where c − shift falls outside the grid. The answer is
+every predictable cell. Positions are (row, column): `<bos>` at (0, 0), cell (r, c) at
+(r + 1, c + 1).
+
+Why it separates the schemes: the cell to copy is one row up and `shift` columns over, a fixed
+2-D offset at any grid size, but in raster order it lies s − shift tokens back, a distance that
+grows with the grid. A 2-D scheme can learn the offset once; a 1-D scheme learns the distances
+of the training size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from poslab.errors import ConfigError
+from poslab.tasks.base import Example, Task
+
+
+class Grid(Task):
+    name = "grid"
+    position_axes = 2
+
+    def __init__(self, colors: int = 8, shifts: tuple[int, ...] = (-1, 0, 1)) -> None:
+        super().__init__()
+        if not isinstance(colors, int) or colors < 2:
+            raise ConfigError(f"data.task.colors={colors} must be an integer ≥ 2")
+        shifts = list(shifts)
+        if not shifts or not all(isinstance(s, int) and abs(s) <= 2 for s in shifts):
+            raise ConfigError(f"data.task.shifts={shifts} must be integers in [-2, 2]")
+        self.shifts = shifts
+        self.vocabulary(["<bos>"], [f"c{i}" for i in range(colors)])
+        self.color_ids = np.arange(2, 2 + colors)
+
+    @staticmethod
+    def side(length: int) -> int:
+        return math.isqrt(length)
+
+    def min_length(self) -> int:
+        return 9  # a 3 × 3 grid: something to predict beyond the border cells
+
+    def max_position(self, length: int) -> int:
+        return self.side(length)  # the last row and column
+
+    def example(
+        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        train: bool = False,
+    ) -> Example:  # fmt: skip
+        self.check_length(length)
+        s = self.side(length)
+        shift = int(rng.choice(self.shifts))
+        grid = np.empty((s, s), dtype=np.int64)
+        grid[0] = rng.choice(self.color_ids, s)
+        predictable = np.zeros((s, s), dtype=bool)
+        columns = np.arange(s)
+        source = columns - shift
+        inside = (source >= 0) & (source < s)
+        for r in range(1, s):
+            grid[r] = rng.choice(self.color_ids, s)  # the cells entering at the border
+            grid[r, inside] = grid[r - 1, source[inside]]
+            predictable[r] = inside
+        tokens = np.zeros(length + 1, dtype=np.int64)
+        tokens[0] = self.ids["<bos>"]
+        tokens[1 : s * s + 1] = grid.ravel()
+        answer = np.zeros(length, dtype=bool)
+        answer[: s * s] = predictable.ravel()  # target t is token t + 1, cell t
+        rows, cols = np.divmod(np.arange(length + 1) - 1, s)
+        positions = np.stack([rows + 1, cols + 1], axis=1)
+        positions[0] = 0  # <bos>
+        return Example(tokens, answer, {"side": s, "shift": shift}, positions.astype(np.int64))
+
+    def answer_symbols(self) -> list[int]:
+        return self.color_ids.tolist()
