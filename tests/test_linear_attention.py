@@ -4,6 +4,8 @@ errors for schemes that need the score matrix, and a real training run."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import compose_train
@@ -147,4 +149,10 @@ def test_training_with_linear_attention(corpus, tmp_path, scheme):
                          "eval.factors=[1,4]", "eval.max_tokens=1500"], tmp_path)  # fmt: skip
     metrics = run_training(cfg)
     assert metrics["best_val_loss"] < metrics["val/loss_initial"] - 0.5
-    assert (tmp_path / "extrapolation" / "extrapolation.json").is_file()
+    rows = json.loads((tmp_path / "extrapolation" / "extrapolation.json").read_text())
+    assert {r["scheme"] for r in rows} == {f"{scheme}, linear attention"}  # not softmax's row
+    assert (
+        [r["length"] for r in rows] == [16, 64]
+        and all(r["status"] == "ok" for r in rows)
+        or scheme == "learned"
+    )

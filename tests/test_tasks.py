@@ -265,7 +265,7 @@ def test_grid_batches_carry_positions_and_a_1d_scheme_reads_the_token_index(tmp_
 def test_a_scheme_with_other_position_axes_than_the_data_is_one_line(tmp_path):
     from poslab.validate import check_run_config
 
-    cfg = compose_train(["data=grid", "pos=mrope", "model=tiny"], tmp_path)
+    cfg = compose_train(["data=grid", "pos=mrope", "pos.axes=3", "model=tiny"], tmp_path)
     with pytest.raises(ConfigError, match="pos=mrope takes 3 position axes but data=grid gives "
                        "2 per token; set pos.axes=2"):  # fmt: skip
         check_run_config(cfg)

@@ -186,6 +186,7 @@ class AttentionKernel:
     serves: tuple[str, ...] = ("nothing",)
     trains_on_cpu: bool = True
     has_dropout: bool = True
+    softmax: bool = True  # False: another function of q, k, v (a different model; tables say so)
     # True: the kernel applies the scheme's rotation itself (linear attention rotates features
     # after its feature map); the model then hands it q and k unrotated
     rotates_inside: bool = False

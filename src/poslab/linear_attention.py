@@ -87,6 +87,7 @@ class Linear(AttentionKernel):
     name = "linear"
     serves = ("nothing",)
     has_dropout = False
+    softmax = False
     rotates_inside = True  # the model leaves q, k as they are; rotation happens after φ
 
     def __init__(

@@ -48,11 +48,21 @@ def scored_token_cap(setting: Any, trained_tokens: int | None) -> int | None:
 
 
 def scheme_label(config: dict) -> str:
-    """A trained model's name in tables: the scheme, and a training-time variant of it
-    (`rope randomized N=2048`)."""
+    """A trained model's name in tables: the scheme, a training-time variant of it (`rope
+    randomized N=2048`), and an attention that is not softmax (`rope, linear attention`)."""
     scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
     randomized = config["pos"].get("randomize_max")
-    return f"{scheme} randomized N={randomized}" if randomized else scheme
+    label = f"{scheme} randomized N={randomized}" if randomized else scheme
+    attention = config.get("attention") or {}
+    if attention.get("_target_"):
+        from hydra.utils import get_class
+
+        kernel = get_class(attention["_target_"])
+        if not kernel.softmax:
+            similarity = attention.get("similarity", "feature")
+            detail = f" ({similarity})" if similarity != "feature" else ""
+            label += f", {kernel.name} attention{detail}"
+    return label
 
 
 def pick_device(name: str) -> torch.device:

@@ -79,6 +79,7 @@ class TaskDataModule(L.LightningDataModule):
         seed: int = 0,
         name: str | None = None,
         word_level: bool = False,
+        position_axes: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(task, Task):
@@ -94,6 +95,11 @@ class TaskDataModule(L.LightningDataModule):
                 f"data.val_examples={val_examples} must be ≥ 1"
             )
         task.check_length(seq_len)
+        if position_axes is not None and position_axes != task.position_axes:
+            raise ConfigError(
+                f"data.position_axes={position_axes} but the {task.name} task gives "
+                f"{task.position_axes} per token; set data.position_axes={task.position_axes}"
+            )
         self.task = task
         self.seq_len = seq_len
         self.batch_size = batch_size
