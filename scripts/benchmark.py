@@ -92,7 +92,9 @@ def available_schemes() -> list[str]:
     return sorted(stems, key=lambda s: s != REFERENCE)
 
 
-def scheme_config(model: str, scheme: str, seq_len: int, max_len: int) -> dict[str, Any]:
+def scheme_config(
+    model: str, scheme: str, seq_len: int, max_len: int, attention: str = "auto"
+) -> dict[str, Any]:
     """The {"model", "pos"} config `build_model` takes: conf/model/<model>.yaml with dropout 0
     (it is not what is measured, and it differs between models), conf/pos/<scheme>.yaml with
     `${data.seq_len}` = L, and a learned table of `max_len` rows so that it is defined at every
@@ -105,7 +107,8 @@ def scheme_config(model: str, scheme: str, seq_len: int, max_len: int) -> dict[s
     root = OmegaConf.create({"data": {"seq_len": seq_len}, "pos": pos_raw})
     pos_cfg = OmegaConf.to_container(root.pos, resolve=True)
     model_cfg["dropout"] = 0.0
-    return {"model": model_cfg, "pos": pos_cfg}
+    attention_cfg = OmegaConf.to_container(OmegaConf.load(CONF / "attention" / f"{attention}.yaml"))
+    return {"model": model_cfg, "pos": pos_cfg, "attention": attention_cfg}
 
 
 @dataclass
@@ -120,6 +123,7 @@ class Options:
     rounds: int = 3
     schemes: list[str] = field(default_factory=available_schemes)
     precision: str = "auto"
+    attention: str = "auto"  # conf/attention/<name>.yaml for every scheme
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     peer: bool = False
     compile: bool = False
@@ -148,6 +152,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--rounds", type=int, default=defaults.rounds)
     p.add_argument("--schemes", nargs="+", default=defaults.schemes, help="default: conf/pos")
     p.add_argument("--precision", default=defaults.precision, choices=PRECISIONS)
+    p.add_argument(
+        "--attention", default=defaults.attention, help="conf/attention/<name>.yaml (all schemes)"
+    )
     p.add_argument("--device", default=defaults.device)
     p.add_argument("--peer", action="store_true", help="also time x-transformers")
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd steps")
@@ -169,6 +176,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         rounds=args.rounds,
         schemes=list(dict.fromkeys(args.schemes)),
         precision=args.precision,
+        attention=args.attention,
         device=args.device,
         peer=args.peer,
         compile=args.compile,
@@ -588,7 +596,9 @@ def measure_memory(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         base, exact = _rss_status("VmRSS"), _reset_peak_rss()
     torch.manual_seed(0)
-    config = scheme_config(spec["model"], spec["scheme"], spec["seq_len"], spec["max_len"])
+    config = scheme_config(
+        spec["model"], spec["scheme"], spec["seq_len"], spec["max_len"], spec["attention"]
+    )
     model = build_model(config, spec["vocab"]).to(setup.device)
     if spec["kind"] == "train":
         job = TrainJob(
@@ -771,7 +781,7 @@ def build_jobs(
     results: list[SchemeResult] = []
     jobs: list[TrainJob | EvalJob] = []
     for scheme in options.schemes:
-        config = scheme_config(options.model, scheme, L, long_len)
+        config = scheme_config(options.model, scheme, L, long_len, options.attention)
         torch.manual_seed(0)
         model = build_model(config, options.vocab).to(setup.device)
         train = train_job(model, model.loss)
@@ -828,6 +838,7 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
                     "model": options.model,
                     "seq_len": options.seq_len,
                     "max_len": options.max_len,
+                    "attention": options.attention,
                     "batch": options.batch_size,
                     "vocab": options.vocab,
                     # resolved here: a child must not measure (and maybe resolve) it again
@@ -930,6 +941,7 @@ def render_header(report: Report) -> list[str]:
     lines = [
         f"- **date**: {report.date}; the run took {report.seconds / 60:.1f} min",
         f"- **command**: `{o.command}`",
+        f"- **attention**: `{o.attention}`",
     ]
     lines += [f"- **{k}**: {v}" for k, v in report.machine.items()]
     lines += [
