@@ -269,3 +269,67 @@ def test_a_scheme_with_other_position_axes_than_the_data_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="pos=mrope takes 3 position axes but data=grid gives "
                        "2 per token; set pos.axes=2"):  # fmt: skip
         check_run_config(cfg)
+
+
+# ---------------------------------------------------------------- images (data=image)
+
+
+def make_images(folder, n_train=6, n_test=3, size=24):
+    """A folder of PNGs the test makes (diagonal stripes of random period), train/ and test/."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", n_train), ("test", n_test)):
+        (folder / split).mkdir(parents=True)
+        for i in range(n):
+            period = rng.integers(3, 8)
+            r, c = np.indices((size, size))
+            level = (((r + c) // period) % 2 * 255).astype(np.uint8)
+            rgb = np.stack([level, 255 - level, level], axis=-1)
+            Image.fromarray(rgb).save(folder / split / f"{i}.png")
+    return folder
+
+
+def test_image_grids_are_read_through_datasets_and_quantised(tmp_path):
+    from poslab.tasks.image import ImageGrid
+
+    task = ImageGrid(str(make_images(tmp_path / "imgs")), levels=2)
+    assert len(task.images["train"]) == 6 and len(task.images["heldout"]) == 3
+    ex = task.example(64, example_rng(0, 0, 64, 0), train=True)
+    assert ex.condition == {"side": 8} and ex.answer.sum() == 64
+    colours = set(task.decode(ex.tokens[1:]).split())
+    assert colours <= {"rgb2", "rgb5"}  # (1,0,1) and (0,1,0) of the 2-level palette
+    assert ex.positions[1:].tolist() == [[r + 1, c + 1] for r in range(8) for c in range(8)]
+    flat = ImageGrid(str(tmp_path / "imgs" / "train"), holdout=3)  # one flat folder
+    assert len(flat.images["train"]) == 4 and len(flat.images["heldout"]) == 2
+
+
+def test_training_on_images_evaluates_larger_grids(tmp_path):
+    from poslab.training import run_training
+
+    folder = make_images(tmp_path / "imgs")
+    out = tmp_path / "run"
+    cfg = compose_train(["data=image", f"data.task.path={folder}", "pos=rope2d", *TASK_TINY,
+                         "data.seq_len=36", "logger=none", "eval.factors=[1,4]"], out)  # fmt: skip
+    metrics = run_training(cfg)
+    assert metrics["best_val_loss"] < metrics["val/loss_initial"]
+    rows = json.loads((out / "extrapolation" / "extrapolation.json").read_text())
+    got = [(r["length"], r["mode"], r["status"]) for r in rows]
+    assert got == [(36, "image", "ok"), (144, "image", "ok")]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data=image"], "data.task.path has no value and needs one; pass data.task.path=VALUE"),
+        (["data=image", "data.task.path=/no/such/images"], "data.task.path=/no/such/images is not"),
+    ],
+)
+def test_bad_image_input_is_one_line(overrides, message, tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *overrides, "pos=rope2d", "model=tiny",
+         "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
+        timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]

@@ -269,6 +269,9 @@ def check_run_config(cfg: DictConfig) -> None:
     imported): the schema (types, ranges, choices), the model and the scheme (built once,
     cheaply, so their own checks run), the training length, the eval-time overrides, and every
     evaluation length the after-training evaluation must cover."""
+    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
+    if missing:  # a `???` of a config file: say which key, in full
+        raise ConfigError(f"{missing[0]} has no value and needs one; pass {missing[0]}=VALUE")
     check_schema(cfg, TRAIN_SCHEMA)
     check_schema(cfg, EVAL_SCHEMA)
     from poslab.build import (  # torch, not before
