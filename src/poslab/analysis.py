@@ -557,14 +557,16 @@ def run_theta(out: Path, paths: list[str]) -> list[dict]:
     for p in paths:
         rows += theta_rows(p)
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    styles: dict[str, Any] = {}
+    colours: dict[str, Any] = {}  # one colour per variant, one line style per seed
+    seen: dict[str, int] = {}
     for run in dict.fromkeys(r["run"] for r in rows):
         mine = [r for r in rows if r["run"] == run]
         variant = mine[0]["variant"]
-        label = None if variant in styles else variant
+        nth = seen[variant] = seen.get(variant, -1) + 1
         (line,) = ax.plot([r["index"] for r in mine], [r["ratio"] for r in mine], marker=".",
-                          color=styles.get(variant), label=label, alpha=0.8)  # fmt: skip
-        styles.setdefault(variant, line.get_color())
+                          color=colours.get(variant), ls=("-", "--", ":", "-.")[nth % 4],
+                          label=f"{variant}, seed {mine[0]['seed']}", alpha=0.8)  # fmt: skip
+        colours.setdefault(variant, line.get_color())
         ratios = np.array([r["ratio"] for r in mine])
         print(
             f"theta {variant} seed {mine[0]['seed']} ({run}): θ/θ0 from {ratios.min():.3g} to "
