@@ -61,6 +61,11 @@ def test_learnable_theta_moves_and_is_logged(corpus, tmp_path):
     logged = [float(r["pos/theta_rel_change_mean"]) for r in metrics_csv(run)
               if r.get("pos/theta_rel_change_mean")]  # fmt: skip
     assert logged and logged[-1] > 0
+    # the run folder has the plot of θ_i/θ_i(init) and its numbers, for the last state
+    rows = list(csv.DictReader((run / "pos" / "theta.csv").open()))
+    assert (run / "pos" / "theta.png").stat().st_size > 0
+    assert len(rows) == model.pos.theta_init.numel() == 16  # tiny: head_dim 32, 16 pairs
+    assert any(abs(float(r["ratio"]) - 1) > 1e-3 for r in rows)
 
 
 def test_fixed_theta_stays_fixed(trained_runs):

@@ -535,6 +535,14 @@ def run_attention(
     return rows
 
 
+def theta_ratio_rows(pos: Any, variant: str, run: str, seed: Any) -> list[dict]:
+    """θ_i/θ_i(init) per frequency of a rotary scheme with a learnable θ."""
+    ratio = (pos.frequencies().detach().cpu() / pos.theta_init.cpu()).tolist()
+    return [{"run": run, "variant": variant, "seed": seed, "index": i,
+             "theta_init": float(pos.theta_init[i]), "ratio": r}
+            for i, r in enumerate(ratio)]  # fmt: skip
+
+
 def theta_rows(path: str | Path) -> list[dict]:
     """θ_i/θ_i(init) per frequency of one checkpoint (a ConfigError if its θ is fixed)."""
     from poslab.build import load_checkpoint
@@ -544,18 +552,22 @@ def theta_rows(path: str | Path) -> list[dict]:
     pos = model.pos
     if not hasattr(pos, "frequencies") or getattr(pos, "theta_param", None) is None:
         raise ConfigError(f"{path} has no learnable θ (train with pos.learnable_theta=true)")
-    ratio = (pos.frequencies().detach() / pos.theta_init).tolist()
     variant = f"{scheme_name(config)} θ {pos.theta_param}"
     run = ckpt.parent.parent.name if ckpt.parent.name == "checkpoints" else ckpt.stem
-    return [{"run": run, "variant": variant, "seed": config.get("seed"), "index": i,
-             "theta_init": float(pos.theta_init[i]), "ratio": r}
-            for i, r in enumerate(ratio)]  # fmt: skip
+    return theta_ratio_rows(pos, variant, run, config.get("seed"))
 
 
 def run_theta(out: Path, paths: list[str]) -> list[dict]:
     rows: list[dict] = []
     for p in paths:
         rows += theta_rows(p)
+    plot_theta(rows, out)
+    return rows
+
+
+def plot_theta(rows: list[dict], out: Path) -> Path:
+    """theta.png (one line per run: colour = variant, style = seed) and theta.csv in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.5, 4))
     colours: dict[str, Any] = {}  # one colour per variant, one line style per seed
     seen: dict[str, int] = {}
@@ -581,7 +593,7 @@ def run_theta(out: Path, paths: list[str]) -> list[dict]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     save(fig, rows, out, "theta")
-    return rows
+    return out / "theta.png"
 
 
 def save(fig: Any, rows: list[dict], out: Path, name: str) -> None:

@@ -360,6 +360,14 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
                 metrics["best_val_loss"],
             )
 
+        if trainer.is_global_zero:  # what the scheme learned, as files (and W&B images)
+            learned = module.model.pos.after_training(
+                out / "pos", run=cfg.get("run_name", ""), seed=cfg.seed
+            )
+            if learned and isinstance(logger, WandbLogger):
+                import wandb
+
+                logger.experiment.log({f"pos/{p.stem}": wandb.Image(str(p)) for p in learned})
         if cfg.eval.after_train and trainer.is_global_zero:
             from poslab.evaluation.run import evaluate_checkpoint
 

@@ -199,6 +199,11 @@ class PositionalScheme(nn.Module):
         """Scalars worth logging during training (e.g. how far a learnable θ moved)."""
         return {}
 
+    def after_training(self, out: Any, run: str = "", seed: Any = None) -> list[Any]:
+        """Files (plots of what the scheme learned) written into the folder `out` after
+        training; the paths, which training also logs to W&B. None by default."""
+        return []
+
 
 def fp32_positions(positions: Tensor) -> Tensor:
     """Positions as fp32, outside autocast (exact for integers below 2**24)."""

@@ -211,6 +211,15 @@ class Rotary(PositionalScheme):
             distance = distance[:, None]
         return torch.where(distance < window, near, far)
 
+    def after_training(self, out: Any, run: str = "", seed: Any = None) -> list[Any]:
+        """A learnable θ: θ_i/θ_i(init) per frequency, <out>/theta.png and theta.csv."""
+        if self.theta_param is None:
+            return []
+        from poslab.analysis import plot_theta, theta_ratio_rows
+
+        rows = theta_ratio_rows(self, f"θ {self.theta_param}", run, seed)
+        return [plot_theta(rows, out)]
+
     def metrics(self) -> dict[str, Tensor]:
         if self.theta_param is None:
             return {}
