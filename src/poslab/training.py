@@ -361,13 +361,13 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
             )
 
         if trainer.is_global_zero:  # what the scheme learned, as files (and W&B images)
-            learned = module.model.pos.after_training(
+            files = module.model.pos.after_training(
                 out / "pos", run=cfg.get("run_name", ""), seed=cfg.seed
             )
-            if learned and isinstance(logger, WandbLogger):
+            if files and isinstance(logger, WandbLogger):
                 import wandb
 
-                logger.experiment.log({f"pos/{p.stem}": wandb.Image(str(p)) for p in learned})
+                logger.experiment.log({f"pos/{p.stem}": wandb.Image(str(p)) for p in files})
         if cfg.eval.after_train and trainer.is_global_zero:
             from poslab.evaluation.run import evaluate_checkpoint
 
