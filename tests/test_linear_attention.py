@@ -14,7 +14,7 @@ from torch import nn
 from poslab.errors import ConfigError
 from poslab.linear_attention import FEATURE_MAPS, Linear, causal_linear_attention
 from poslab.model import GPT, GPTConfig
-from poslab.positions import scheme_names
+from poslab.positions import build_scheme, scheme_configs
 from poslab.positions.nope import NoPositions
 from poslab.positions.rope import Rotary
 from poslab.positions.sinusoidal import SinusoidalPositions
@@ -113,8 +113,9 @@ def test_rope_with_linear_attention_is_offset_invariant_end_to_end(similarity):
     torch.testing.assert_close(base, shifted, atol=1e-4, rtol=1e-4)
 
 
-NEEDS_SCORES = [s for s in scheme_names() if s not in ("nope", "learned", "sinusoidal", "rope",
-                                                         "xpos")]  # fmt: skip
+# the schemes that need a bias or the scores from the kernel (alibi, t5, ...)
+NEEDS_SCORES = [name for name, cfg in scheme_configs().items()
+                if build_scheme(name, D_MODEL, N_HEAD, seq_len=64).needs != "nothing"]  # fmt: skip
 
 
 @pytest.mark.parametrize("scheme", NEEDS_SCORES)

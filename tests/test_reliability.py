@@ -224,7 +224,6 @@ def eval_case(*overrides: str) -> tuple[str, list[str]]:
 # {learned}, {rope} and {file} are filled in per run
 BAD_INPUTS = [
     (train_case("seed=abc"), "seed=abc must be an integer"),
-    (train_case("-m", "--cfg", "job"), "Only one of --run, --multirun, --cfg"),
     (train_case("seed=1.5"), "seed=1.5"),
     (train_case("optim.lr=nan"), "optim.lr=nan must be a finite number > 0"),
     (train_case("optim.lr=-1"), "optim.lr=-1"),
@@ -320,3 +319,11 @@ def test_every_bad_input_is_one_line_and_exit_code_2(corpus, trained_runs, bad_c
         if problems:
             failures.append(f"{kind} {overrides}: {', '.join(problems)}\n{result.stderr[-1500:]}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_hydra_flags_that_exclude_each_other_are_one_line(tmp_path):
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), "-m", "--cfg", "job"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith("error: Only one of --run, --multirun, --cfg")
