@@ -157,3 +157,18 @@ def test_training_with_linear_attention(corpus, tmp_path, scheme):
         and all(r["status"] == "ok" for r in rows)
         or scheme == "learned"
     )
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"kind": "none", "logn": True, "train_length": 64},
+        {"kind": "yarn", "factor": 4.0, "train_length": 64},
+    ],  # fmt: skip
+)
+def test_an_eval_time_temperature_is_refused_by_linear_attention(scaling):
+    config = GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEAD, d_model=D_MODEL)
+    with pytest.raises(ConfigError, match="attention=linear cannot take the eval-time temperature"):
+        GPT(config, Rotary(D_MODEL, N_HEAD, scaling=scaling), Linear())
+    GPT(config, Rotary(D_MODEL, N_HEAD, scaling={"kind": "ntk", "factor": 4.0, "train_length": 64}),
+        Linear())  # a change of the base alone is fine  # fmt: skip

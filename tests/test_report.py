@@ -388,3 +388,18 @@ def test_shape_checks_use_the_seed_means_and_say_when_a_margin_is_within_the_spr
         "- [x] t5 ratio at 8× between alibi and rope (0.97 ± 0.00 ≤ 1.10 ± 0.01 ≤ 1.12 ± "
         "0.05); within the spread over seeds" in checks
     )
+
+
+def test_runs_that_differ_in_any_setting_besides_the_seed_are_not_merged(tmp_path):
+    runs = [(1, "elu1", [10.0, 11.0]), (2, "elu1", [12.0, 13.0]), (3, "relu", [50.0, 51.0]),
+            (4, "relu", [52.0, 53.0])]  # fmt: skip
+    for seed, feature_map, ppls in runs:
+        run = write_seeded_run(tmp_path / f"{seed}_rope", curve("rope", ppls), seed)
+        config = run / ".hydra" / "config.yaml"
+        config.write_text(config.read_text() + f"attention:\n  feature_map: {feature_map}\n"
+                          f"run_name: rope-{seed}\n")  # fmt: skip
+    rows = compare([tmp_path], tmp_path / "out")
+    merged = {r["scheme"]: r for r in rows if r["length"] == 64}
+    assert set(merged) == {"rope [attention.feature_map=elu1]", "rope [attention.feature_map=relu]"}
+    assert merged["rope [attention.feature_map=relu]"]["ppl"] == pytest.approx(51.0)
+    assert merged["rope [attention.feature_map=relu]"]["n_seeds"] == 2

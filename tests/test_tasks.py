@@ -234,16 +234,18 @@ def test_grid_cells_copy_the_row_above_shifted_and_positions_are_row_column():
         grid = ex.tokens[1 : s * s + 1].reshape(s, s)
         assert (ex.tokens[s * s + 1 :] == 0).all()
         answer = ex.answer[: s * s].reshape(s, s)
-        assert not answer[0].any() and not ex.answer[s * s :].any()
+        # rows 0 and 1 are never answers: the shift shows only once row 1 has been read
+        assert not answer[:2].any() and not ex.answer[s * s :].any()
         for r in range(1, s):
             for c in range(s):
                 inside = 0 <= c - shift < s
-                assert answer[r, c] == inside
+                assert answer[r, c] == (inside and r >= 2)
                 if inside:
                     assert grid[r, c] == grid[r - 1, c - shift]
         assert ex.positions[0].tolist() == [0, 0]
         assert ex.positions[1 : s * s + 1].tolist() == [[r + 1, c + 1] for r in range(s)
                                                         for c in range(s)]  # fmt: skip
+        assert (ex.positions[s * s + 1 :] == 0).all()  # padding: no position past the grid
     assert task.max_position(256) == 16
 
 
@@ -253,13 +255,19 @@ def test_grid_batches_carry_positions_and_a_1d_scheme_reads_the_token_index(tmp_
     made = TaskExamples(Grid(), 64, 4, seed=0, stream=TRAIN, train=True)
     inputs, targets, positions = made[0]
     assert inputs.shape == (64,) and positions.shape == (64, 2)
-    for scheme in ("rope2d", "rope"):
+    for scheme in ("rope2d", "rope", "learned"):
         out = tmp_path / scheme
         overrides = ["data=grid", f"pos={scheme}", *TASK_TINY, "data.seq_len=64", "logger=none"]
         cfg = compose_train([*overrides, "eval.factors=[1,4]"], out)
         run_training(cfg)
         rows = json.loads((out / "extrapolation" / "extrapolation.json").read_text())
-        assert [r["length"] for r in rows] == [64, 256] and rows[1]["status"] == "ok"
+        assert [r["length"] for r in rows] == [64, 256]
+        # a 1-D table reads the token index: 256 tokens are past its 64 rows, a skipped length
+        want = "skipped" if scheme == "learned" else "ok"
+        assert rows[1]["status"].startswith(want), rows[1]["status"]
+    compare([tmp_path / "rope2d", tmp_path / "rope", tmp_path / "learned"], tmp_path / "out")
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert "### accuracy" in text and "ALiBi paper's shape" not in text
 
 
 def test_a_scheme_with_other_position_axes_than_the_data_is_one_line(tmp_path):

@@ -192,7 +192,13 @@ def attention_statistics(
     model: Any, ids: Tensor, train_length: int, block_size: int = 1024
 ) -> AttentionStats:
     """Run `model` (fp32, inference mode) on token ids (B, T) with the recording kernel installed
-    as model.attention (checked against the scheme first), then put its kernel back."""
+    as model.attention (checked against the scheme first), then put its kernel back. A model
+    whose attention is not softmax has no softmax weights to record: a ConfigError."""
+    if not model.attention.softmax:
+        raise ConfigError(
+            f"attention={model.attention.name}: the model has no softmax attention weights to "
+            "measure; the attention analysis takes softmax checkpoints"
+        )
     recorder = AttentionRecorder(
         train_length, model.config.n_layer, model.config.n_head, block_size
     )

@@ -121,6 +121,12 @@ class Linear(AttentionKernel):
                 "change of the scores acts on; use a scheme that acts on the embeddings or "
                 "rotates q and k (one that needs nothing from the kernel), or attention=sdpa"
             )
+        if pos.scales_scores:
+            raise ConfigError(
+                f"attention=linear cannot take the eval-time temperature of pos="
+                f"{type(pos).__name__} (eval.logn_scaling or yarn's attention factor): it scales "
+                "softmax scores, and here it would scale only the numerator; leave them off"
+            )
         super().check(pos, dropout)
 
     def features(

@@ -320,9 +320,11 @@ def check_run_config(cfg: DictConfig) -> None:
             scheme = scheme_with_overrides(config["pos"], overrides, gpt_config, cfg.data.seq_len)
         if cfg.eval.unsupported == "error":
             for length in lengths:
+                reads_axes = task is not None and scheme.position_axes
                 scheme.check_length(
-                    task.max_position(length) if task else cfg.eval.position_offset + length - 1
-                )
+                    task.max_position(length) if reads_axes
+                    else cfg.eval.position_offset + length - 1
+                )  # fmt: skip
 
 
 def require(key: str, value: Any, check: Check) -> None:

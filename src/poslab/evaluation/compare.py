@@ -46,16 +46,20 @@ def find_results(paths: list[str | Path]) -> list[Path]:
     return found
 
 
-# the options that tell two runs of one scheme apart in a table, when they differ
-LABEL_OPTIONS = (
-    "pos.", "model.", "data.seq_len", "data.task.", "data.loss_on", "optim.", "seed",
-    "trainer.max_steps",
+# options that never change what a run learns (names, logging, caches, bookkeeping): two runs
+# that differ only in these and in `seed` are seeds of one configuration
+NOT_SETTINGS = (
+    "run_name", "logger.", "data.cache_dir", "data.num_workers", "data.eval_batch_size",
+    "checkpoint.", "resume", "trainer.enable_progress_bar", "trainer.log_every_n_steps",
+    "trainer.val_check_interval", "eval.log_wandb", "eval.batch_size", "eval.device",
+    "train.fingerprints", "train.validate_before_fit",
 )  # fmt: skip
 
 
 def run_options(run: Path) -> dict[str, Any] | None:
-    """The training run's resolved options (flattened, from Hydra's .hydra/config.yaml), or
-    None for a folder that is not a training run (an eval.py out_dir)."""
+    """The training run's options that can change its result (flattened, from Hydra's
+    .hydra/config.yaml; NOT_SETTINGS left out), or None for a folder that is not a training run
+    (an eval.py out_dir)."""
     path = run / ".hydra" / "config.yaml"
     if not path.is_file():
         return None
@@ -74,7 +78,7 @@ def run_options(run: Path) -> dict[str, Any] | None:
         config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception:  # an unreadable config only loses the nicer label
         return None
-    return {k: v for k, v in flat(config).items() if k.startswith(LABEL_OPTIONS)}
+    return {k: v for k, v in flat(config).items() if not k.startswith(NOT_SETTINGS)}
 
 
 def label_rows(results: list[Path]) -> list[dict]:
@@ -254,7 +258,8 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     out.mkdir(parents=True, exist_ok=True)
     title = title or "perplexity vs evaluation length"
     text = markdown(rows, title, "scheme")
-    for mode in dict.fromkeys(r["mode"] for r in rows if "accuracy" not in r):  # perplexity
+    task_modes = {r["mode"] for r in rows if r.get("task")}  # every task row names its task
+    for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):
         checks = shape_checks(rows, mode)
         if checks:
             text += f"\n\n### the ALiBi paper's shape ({mode}, 8× the training length)\n\n"

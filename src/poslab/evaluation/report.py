@@ -439,7 +439,7 @@ def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
             if any(r.get("n_seeds", 1) > 1 for r in pts):
                 band = [(r["length"], r[value], r.get(f"{value}_sd") or 0.0) for r in pts]
                 sd_band(ax, band, style["color"])
-    chance = next((r for r in rows if is_finite(r.get("token_chance"))), None)
+    chances = {r["mode"]: r["token_chance"] for r in rows if is_finite(r.get("token_chance"))}
     for ax, what in zip(axes, ("whole answer right", "answer tokens right"), strict=True):
         for n in {r["train_length"] for r in rows}:
             ax.axvline(n, color="grey", ls=":", lw=1)
@@ -450,8 +450,9 @@ def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
         ax.grid(True, which="both", alpha=0.3)
         if not series:
             no_data_note(ax, "no accuracy to plot")
-    if chance:
-        axes[1].axhline(chance["token_chance"], color="grey", ls="--", lw=1, label="chance")
+    for mode, chance in chances.items():  # a uniform guess, per task
+        label = "chance" if len(chances) == 1 else f"chance ({mode})"
+        axes[1].axhline(chance, color="grey", ls="--", lw=1, label=label)
     axes[0].set_title(title)
     axes[1].set_title("per answer token")
     if series:

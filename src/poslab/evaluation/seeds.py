@@ -49,9 +49,12 @@ def mean_conditions(rows: list[dict]) -> list[dict] | None:
         return None
     merged = []
     for cells in zip(*tables, strict=True):
-        accuracy, sd = mean_sd([c["accuracy"] for c in cells])
-        merged.append({**cells[0], "accuracy": accuracy, "accuracy_sd": sd,
-                       "examples": sum(c["examples"] for c in cells)})  # fmt: skip
+        cell: dict[str, Any] = {"condition": cells[0]["condition"],
+                                "examples": sum(c["examples"] for c in cells)}  # fmt: skip
+        for key in ("accuracy", "token_accuracy", "loss"):
+            if all(is_finite(c.get(key)) for c in cells):
+                cell[key], cell[f"{key}_sd"] = mean_sd([c[key] for c in cells])
+        merged.append(cell)
     return merged
 
 

@@ -143,7 +143,10 @@ def evaluate_task_checkpoint(
         task.check_length(length, key="eval length")
     device = pick_device(eval_cfg.device)
     precision = resolve_precision(eval_cfg.precision, device.type, key="eval.precision")
-    unsupported = unsupported_lengths(model_at, eval_cfg, task.max_position)
+    # a 1-D scheme reads the token index whatever axes the task gives
+    reads_axes = next(iter(model_at.values())).pos.position_axes
+    largest = task.max_position if reads_axes else (lambda n: n - 1)
+    unsupported = unsupported_lengths(model_at, eval_cfg, largest)
     scheme, variant = row_name(config, eval_cfg)
     base_row = {
         "scheme": scheme, "train_length": train_length, "mode": task.name, "split": "generated",

@@ -195,6 +195,12 @@ class PositionalScheme(nn.Module):
     def check_length(self, max_position: int) -> None:
         """Raise ConfigError if this scheme cannot represent positions up to `max_position`."""
 
+    @property
+    def scales_scores(self) -> bool:
+        """True when `rotate` also multiplies q or k by a temperature (an eval-time log-n or
+        YaRN factor): meant for softmax scores, so linear attention refuses it."""
+        return False
+
     def metrics(self) -> dict[str, Tensor]:
         """Scalars worth logging during training (e.g. how far a learnable θ moved)."""
         return {}

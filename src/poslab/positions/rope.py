@@ -211,6 +211,11 @@ class Rotary(PositionalScheme):
             distance = distance[:, None]
         return torch.where(distance < window, near, far)
 
+    @property
+    def scales_scores(self) -> bool:
+        scaling = self.scaling
+        return scaling is not None and (scaling.logn or scaling.attention_factor != 1)
+
     def after_training(self, out: Any, run: str = "", seed: Any = None) -> list[Any]:
         """A learnable θ: θ_i/θ_i(init) per frequency, <out>/theta.png and theta.csv."""
         if self.theta_param is None:

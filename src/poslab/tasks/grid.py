@@ -5,11 +5,12 @@ A grid of side s (the largest with s² + 1 ≤ length + 1 tokens: `<bos>` and th
 order, padding after) has a random first row of `colors` colors; every later row is the row
 above shifted by the grid's `shift` (one of `shifts`, drawn per grid): cell (r, c) = cell
 (r − 1, c − shift), and a new random color where c − shift falls outside the grid. The answer is
-every predictable cell. Positions are (row, column): `<bos>` at (0, 0), cell (r, c) at
-(r + 1, c + 1).
+every such cell from the third row on: by then the first two rows have shown the shift (in the
+second row it is still unknown, so even a perfect model would guess). Positions are (row,
+column): `<bos>` at (0, 0), cell (r, c) at (r + 1, c + 1), padding at (0, 0).
 
 Why it separates the schemes: the cell to copy is one row up and `shift` columns over, a fixed
-2-D offset at any grid size, but in raster order it lies s − shift tokens back, a distance that
+2-D offset at any grid size, but in raster order it lies s + shift tokens back, a distance that
 grows with the grid. A 2-D scheme can learn the offset once; a 1-D scheme learns the distances
 of the training size.
 """
@@ -22,6 +23,15 @@ import numpy as np
 
 from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
+
+
+def grid_positions(length: int, side: int) -> np.ndarray:
+    """(length + 1, 2) positions of `<bos>` and an s × s grid in raster order: (0, 0) for
+    `<bos>` and the padding after the grid, (r + 1, c + 1) for cell (r, c)."""
+    positions = np.zeros((length + 1, 2), dtype=np.int64)
+    rows, cols = np.divmod(np.arange(side * side), side)
+    positions[1 : side * side + 1] = np.stack([rows + 1, cols + 1], axis=1)
+    return positions
 
 
 class Grid(Task):
@@ -44,7 +54,7 @@ class Grid(Task):
         return math.isqrt(length)
 
     def min_length(self) -> int:
-        return 9  # a 3 × 3 grid: something to predict beyond the border cells
+        return 9  # a 3 × 3 grid: its third row has cells to predict
 
     def max_position(self, length: int) -> int:
         return self.side(length)  # the last row and column
@@ -65,16 +75,13 @@ class Grid(Task):
         for r in range(1, s):
             grid[r] = rng.choice(self.color_ids, s)  # the cells entering at the border
             grid[r, inside] = grid[r - 1, source[inside]]
-            predictable[r] = inside
+            predictable[r] = inside if r >= 2 else False  # row 1: the shift is not known yet
         tokens = np.zeros(length + 1, dtype=np.int64)
         tokens[0] = self.ids["<bos>"]
         tokens[1 : s * s + 1] = grid.ravel()
         answer = np.zeros(length, dtype=bool)
         answer[: s * s] = predictable.ravel()  # target t is token t + 1, cell t
-        rows, cols = np.divmod(np.arange(length + 1) - 1, s)
-        positions = np.stack([rows + 1, cols + 1], axis=1)
-        positions[0] = 0  # <bos>
-        return Example(tokens, answer, {"side": s, "shift": shift}, positions.astype(np.int64))
+        return Example(tokens, answer, {"side": s, "shift": shift}, grid_positions(length, s))
 
     def answer_symbols(self) -> list[int]:
         return self.color_ids.tolist()

@@ -7,7 +7,8 @@ length + 1 (box filter), each pixel quantised to a fixed palette of `levels`³ c
 per RGB channel; a fixed palette, so a token means the same colour in every image), in raster
 order after `<bos>`, with (row, column) positions as in data=grid. Every pixel is an answer
 token: the model predicts the image pixel by pixel. Training draws training images; validation
-and evaluation the held-out ones, at larger sizes for resolution extrapolation.
+and evaluation the held-out ones, at larger sizes for resolution extrapolation (so at 1× the
+evaluation sees the images validation saw, at the same size).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
+from poslab.tasks.grid import grid_positions
 
 
 def load_images(path: str | Path, holdout: int, cache_dir: str | None = None) -> dict[str, list]:
@@ -95,10 +97,7 @@ class ImageGrid(Task):
         tokens[1 : s * s + 1] = self.pixels(pool[index], s).ravel() + 2
         answer = np.zeros(length, dtype=bool)
         answer[: s * s] = True
-        rows, cols = np.divmod(np.arange(length + 1) - 1, s)
-        positions = np.stack([rows + 1, cols + 1], axis=1)
-        positions[0] = 0
-        return Example(tokens, answer, {"side": s}, positions.astype(np.int64))
+        return Example(tokens, answer, {"side": s}, grid_positions(length, s))
 
     def answer_symbols(self) -> list[int]:
         return list(range(2, 2 + self.levels**3))
