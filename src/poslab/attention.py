@@ -196,6 +196,12 @@ class AttentionKernel:
             raise ConfigError(f"attention.block_size={block_size} must be an integer ≥ 1")
         self.block_size = block_size
 
+    @classmethod
+    def row_label(cls, options: dict[str, Any]) -> str:
+        """What result tables add to a model's name for this kernel and its options: nothing
+        for a softmax kernel (they compute the same function)."""
+        return ""
+
     def check(self, pos: Any, dropout: float) -> None:
         """An impossible pairing is a one-line error when the model is built."""
         if pos.needs not in self.serves:

@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from poslab.errors import ConfigError
-from poslab.sampling import ResumableLoader, RunBatches
+from poslab.sampling import ResumableLoader, run_batches
 
 try:  # POSIX file locks; Windows has none (see _exclusive_lock)
     import fcntl
@@ -662,22 +662,11 @@ class LMDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """The run's batches in a resumable order (poslab.sampling): one stream of
         max_steps × accumulation batches, starting at the batch the run has reached."""
-        trainer = self.trainer
-        if trainer is None:  # outside a Trainer: one data epoch from the start
-            total = len(self.train_set) // self.batch_size
-            batches = RunBatches(len(self.train_set), self.batch_size, self.seed, total)
-        else:
-            accumulate = trainer.accumulate_grad_batches
-            batches = RunBatches(
-                len(self.train_set),
-                self.batch_size,
-                self.seed,
-                total_batches=trainer.max_steps * accumulate,
-                start=lambda: trainer.global_step * accumulate,
-                rank=trainer.global_rank,
-                world_size=trainer.world_size,
-                accumulate=accumulate,
-            )
+        # outside a Trainer: one data epoch from the start
+        batches = run_batches(
+            self.trainer, len(self.train_set), self.batch_size, self.seed,
+            untrained_batches=len(self.train_set) // self.batch_size,
+        )  # fmt: skip
         return ResumableLoader(
             self.train_set,
             batches,

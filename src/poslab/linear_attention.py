@@ -113,6 +113,11 @@ class Linear(AttentionKernel):
         self.chunk_size = chunk_size
         self.eps = float(eps)
 
+    @classmethod
+    def row_label(cls, options: dict[str, Any]) -> str:
+        similarity = options.get("similarity", "feature")
+        return "linear attention" + (f" ({similarity})" if similarity != "feature" else "")
+
     def check(self, pos: Any, dropout: float) -> None:
         if pos.needs != "nothing":
             raise ConfigError(

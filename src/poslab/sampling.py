@@ -68,6 +68,27 @@ class RunBatches(Sampler[list[int]]):
             yield perm[first : first + self.batch_size].tolist()
 
 
+def run_batches(
+    trainer: Any, num_windows: int, batch_size: int, seed: int, untrained_batches: int
+) -> RunBatches:
+    """The batch stream of a run under `trainer` (max_steps × accumulation batches, starting at
+    the batch the run has reached, this rank's part of each); without a Trainer,
+    `untrained_batches` batches from the start."""
+    if trainer is None:
+        return RunBatches(num_windows, batch_size, seed, untrained_batches)
+    accumulate = trainer.accumulate_grad_batches
+    return RunBatches(
+        num_windows,
+        batch_size,
+        seed,
+        total_batches=trainer.max_steps * accumulate,
+        start=lambda: trainer.global_step * accumulate,
+        rank=trainer.global_rank,
+        world_size=trainer.world_size,
+        accumulate=accumulate,
+    )
+
+
 class ResumableLoader(DataLoader):
     """A DataLoader over RunBatches that Lightning treats as resumable (it has state_dict and
     load_state_dict). Its position comes from the restored step count, so the state it saves is

@@ -258,9 +258,7 @@ def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
 
 def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:
     """Perplexity vs eval length (log-x), one line per scheme (or mode); see ppl_yaxis."""
-    fig = ppl_figure(rows, series_key, title)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(ppl_figure(rows, series_key, title), path)
 
 
 def log_binned(buckets: list[list], bins_per_octave: int = 6) -> tuple[list[float], list[float]]:
@@ -311,9 +309,7 @@ def position_figure(rows: list[dict], title: str) -> Figure:
 
 def plot_loss_vs_position(rows: list[dict], path: Path, title: str) -> None:
     """Mean loss by position in the window, one line per (scheme, length), log-x positions."""
-    fig = position_figure(rows, title)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(position_figure(rows, title), path)
 
 
 def write_reports(

@@ -57,11 +57,8 @@ def scheme_label(config: dict) -> str:
     if attention.get("_target_"):
         from hydra.utils import get_class
 
-        kernel = get_class(attention["_target_"])
-        if not kernel.softmax:
-            similarity = attention.get("similarity", "feature")
-            detail = f" ({similarity})" if similarity != "feature" else ""
-            label += f", {kernel.name} attention{detail}"
+        kernel_label = get_class(attention["_target_"]).row_label(attention)
+        label += f", {kernel_label}" if kernel_label else ""
     return label
 
 
@@ -206,8 +203,17 @@ def evaluate_checkpoint(
                 row["tokens_per_s"],
             )  # fmt: skip
 
-    out = Path(out_dir) if out_dir else default_out_dir(ckpt)
     title = f"{scheme}: perplexity vs evaluation length"
+    return report_rows(rows, title, ckpt, out_dir, eval_cfg, wandb_run)
+
+
+def report_rows(
+    rows: list[dict], title: str, ckpt: str | Path, out_dir: str | Path | None, eval_cfg: Any,
+    wandb_run: Any,
+) -> list[dict]:  # fmt: skip
+    """Write an evaluation's rows to <out>/extrapolation/ (the run folder by default), print
+    its table, log it to W&B when asked; returns the rows."""
+    out = Path(out_dir) if out_dir else default_out_dir(ckpt)
     paths = write_reports(rows, out / "extrapolation", title, series_key="mode")
     print(markdown(rows, title, "mode"), flush=True)
     print(f"\nwrote {', '.join(str(p) for p in paths.values())}", flush=True)

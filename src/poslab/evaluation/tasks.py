@@ -20,12 +20,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from poslab.evaluation.report import markdown, write_reports
 from poslab.evaluation.run import (
-    default_out_dir,
-    log_to_wandb,
     models_by_length,
     pick_device,
+    report_rows,
     row_name,
     unsupported_lengths,
 )
@@ -159,11 +157,5 @@ def evaluate_task_checkpoint(
         model_at, task, lengths, int(config["seed"]), int(eval_cfg.task_examples),
         eval_cfg.batch_size, AUTOCAST_DTYPE[precision], base_row, unsupported,
     )  # fmt: skip
-    out = Path(out_dir) if out_dir else default_out_dir(ckpt)
     title = f"{scheme} on {task.name}: accuracy vs evaluation length"
-    paths = write_reports(rows, out / "extrapolation", title, series_key="mode")
-    print(markdown(rows, title, "mode"), flush=True)
-    print(f"\nwrote {', '.join(str(p) for p in paths.values())}", flush=True)
-    if wandb_run is not None and eval_cfg.log_wandb:
-        log_to_wandb(wandb_run, rows, paths)
-    return rows
+    return report_rows(rows, title, ckpt, out_dir, eval_cfg, wandb_run)

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from poslab.errors import ConfigError
 from poslab.losses import IGNORE_INDEX
-from poslab.sampling import ResumableLoader, RunBatches
+from poslab.sampling import ResumableLoader, run_batches
 from poslab.tasks.base import Example, Task, example_rng, score
 
 __all__ = ["Example", "Task", "TaskDataModule", "TaskExamples", "example_rng", "score"]
@@ -125,18 +125,13 @@ class TaskDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """A fresh example for every slot of the run (never repeated), in a resumable order."""
         trainer = self.trainer
-        accumulate = trainer.accumulate_grad_batches if trainer else 1
+        total = trainer.max_steps * trainer.accumulate_grad_batches if trainer else 1000
         world = trainer.world_size if trainer else 1
-        total = trainer.max_steps * accumulate if trainer else 1000
         train_set = TaskExamples(
             self.task, self.seq_len, total * self.batch_size * world, self.seed, TRAIN,
             self.loss_on, train=True,
         )  # fmt: skip
-        batches = RunBatches(
-            len(train_set), self.batch_size, self.seed, total,
-            start=(lambda: trainer.global_step * accumulate) if trainer else (lambda: 0),
-            rank=trainer.global_rank if trainer else 0, world_size=world, accumulate=accumulate,
-        )  # fmt: skip
+        batches = run_batches(trainer, len(train_set), self.batch_size, self.seed, total)
         return ResumableLoader(
             train_set, batches, num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

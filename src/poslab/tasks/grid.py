@@ -34,6 +34,20 @@ def grid_positions(length: int, side: int) -> np.ndarray:
     return positions
 
 
+def grid_example(
+    length: int, bos: int, cells: np.ndarray, answer_cells: np.ndarray, condition: dict
+) -> Example:
+    """`<bos>` and an s × s grid of token ids in raster order, padded to `length` + 1 tokens;
+    the answer mask of the cells (over the targets: target t is cell t) and their positions."""
+    s = cells.shape[0]
+    tokens = np.zeros(length + 1, dtype=np.int64)
+    tokens[0] = bos
+    tokens[1 : s * s + 1] = cells.ravel()
+    answer = np.zeros(length, dtype=bool)
+    answer[: s * s] = answer_cells.ravel()
+    return Example(tokens, answer, condition, grid_positions(length, s))
+
+
 class Grid(Task):
     name = "grid"
     position_axes = 2
@@ -76,12 +90,8 @@ class Grid(Task):
             grid[r] = rng.choice(self.color_ids, s)  # the cells entering at the border
             grid[r, inside] = grid[r - 1, source[inside]]
             predictable[r] = inside if r >= 2 else False  # row 1: the shift is not known yet
-        tokens = np.zeros(length + 1, dtype=np.int64)
-        tokens[0] = self.ids["<bos>"]
-        tokens[1 : s * s + 1] = grid.ravel()
-        answer = np.zeros(length, dtype=bool)
-        answer[: s * s] = predictable.ravel()  # target t is token t + 1, cell t
-        return Example(tokens, answer, {"side": s, "shift": shift}, grid_positions(length, s))
+        condition = {"side": s, "shift": shift}
+        return grid_example(length, self.ids["<bos>"], grid, predictable, condition)
 
     def answer_symbols(self) -> list[int]:
         return self.color_ids.tolist()

@@ -21,7 +21,7 @@ import numpy as np
 
 from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
-from poslab.tasks.grid import grid_positions
+from poslab.tasks.grid import grid_example
 
 
 def load_images(path: str | Path, holdout: int, cache_dir: str | None = None) -> dict[str, list]:
@@ -92,12 +92,8 @@ class ImageGrid(Task):
         s = self.side(length)
         pool = self.images["train" if train else "heldout"]
         index = int(rng.integers(len(pool)))
-        tokens = np.zeros(length + 1, dtype=np.int64)
-        tokens[0] = self.ids["<bos>"]
-        tokens[1 : s * s + 1] = self.pixels(pool[index], s).ravel() + 2
-        answer = np.zeros(length, dtype=bool)
-        answer[: s * s] = True
-        return Example(tokens, answer, {"side": s}, grid_positions(length, s))
+        cells = self.pixels(pool[index], s) + 2
+        return grid_example(length, self.ids["<bos>"], cells, np.ones((s, s), bool), {"side": s})
 
     def answer_symbols(self) -> list[int]:
         return list(range(2, 2 + self.levels**3))
