@@ -403,3 +403,19 @@ def test_runs_that_differ_in_any_setting_besides_the_seed_are_not_merged(tmp_pat
     assert set(merged) == {"rope [attention.feature_map=elu1]", "rope [attention.feature_map=relu]"}
     assert merged["rope [attention.feature_map=relu]"]["ppl"] == pytest.approx(51.0)
     assert merged["rope [attention.feature_map=relu]"]["n_seeds"] == 2
+
+
+def test_a_run_made_before_an_option_existed_merges_only_with_that_options_old_value(tmp_path):
+    # seed 1 predates pos.position_dtype (it ran in fp32); seed 2 names fp32, seed 3 names bf16
+    for seed, dtype, ppls in [(1, None, [10.0, 11.0]), (2, "fp32", [12.0, 13.0]),
+                              (3, "bf16", [50.0, 51.0])]:  # fmt: skip
+        run = write_seeded_run(tmp_path / f"{seed}_alibi", curve("alibi", ppls), seed)
+        if dtype is not None:
+            config = run / ".hydra" / "config.yaml"
+            named = f"_target_: R\n  position_dtype: {dtype}\n"
+            config.write_text(config.read_text().replace("_target_: R\n", named))
+    rows = compare([tmp_path], tmp_path / "out")
+    merged = {r["scheme"]: r for r in rows if r["length"] == 64}
+    assert merged["alibi [pos.position_dtype=fp32]"]["n_seeds"] == 2
+    assert merged["alibi [pos.position_dtype=fp32]"]["ppl"] == pytest.approx(11.0)
+    assert "n_seeds" not in merged["alibi [pos.position_dtype=bf16]"]

@@ -55,6 +55,21 @@ NOT_SETTINGS = (
     "train.fingerprints", "train.validate_before_fit",
 )  # fmt: skip
 
+# options added after some committed runs were made, each with the value that does what those
+# runs did: a run whose config predates the option ran with this value, so it still merges with
+# newer seeds of its configuration (a newer run with another value stays apart)
+ADDED_LATER = {
+    "pos.position_dtype": "fp32",
+    "eval.logn_scaling": False,
+    "eval.rope_scaling.kind": "none",
+    "eval.rope_scaling.factor": "auto",
+    "eval.rope_scaling.beta_fast": 32,
+    "eval.rope_scaling.beta_slow": 1,
+    "eval.rope_scaling.leaky": None,
+    "eval.rope_scaling.window": None,
+    "eval.task_examples": 100,
+}
+
 
 def run_options(run: Path) -> dict[str, Any] | None:
     """The training run's options that can change its result (flattened, from Hydra's
@@ -101,7 +116,8 @@ def label_rows(results: list[Path]) -> list[dict]:
         differ = []
         if all(o is not None for o in options):
             keys = sorted({k for o in options for k in o})
-            differ = [k for k in keys if len({repr(o.get(k)) for o in options}) > 1]
+            options = [{k: o.get(k, ADDED_LATER.get(k)) for k in keys} for o in options]
+            differ = [k for k in keys if len({repr(o[k]) for o in options}) > 1]
         shown = [k for k in differ if k != "seed"]
         for i, opts in zip(twins, options, strict=True):
             labels[i] = ", ".join(f"{k}={opts.get(k)}" for k in shown) if differ else folders[i]
