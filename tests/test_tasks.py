@@ -200,7 +200,9 @@ def test_task_runs_of_two_seeds_merge_into_mean_and_sd_with_a_heatmap(tmp_path):
     assert all(r["n_seeds"] == 2 and "accuracy_sd" in r for r in rows)
     assert len(rows[0]["by_condition"]) == 5
     assert (tmp_path / "out" / "comparison_heatmap.png").stat().st_size > 0
-    assert "mean ± sample sd over 2 seeds" in (tmp_path / "out" / "comparison.md").read_text()
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert "mean ± sample sd over 2 seeds" in text
+    assert text.startswith("## passkey: accuracy vs evaluation length")
 
 
 @pytest.mark.parametrize(

@@ -272,7 +272,10 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    title = title or "perplexity vs evaluation length"
+    tasks = {r.get("task") for r in rows}
+    if title is None:  # a table of task runs is one of accuracy, named by its task(s)
+        title = (f"{', '.join(sorted(tasks))}: accuracy vs evaluation length"
+                 if None not in tasks else "perplexity vs evaluation length")  # fmt: skip
     text = markdown(rows, title, "scheme")
     task_modes = {r["mode"] for r in rows if r.get("task")}  # every task row names its task
     for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):
