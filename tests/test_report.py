@@ -406,16 +406,39 @@ def test_runs_that_differ_in_any_setting_besides_the_seed_are_not_merged(tmp_pat
 
 
 def test_a_run_made_before_an_option_existed_merges_only_with_that_options_old_value(tmp_path):
-    # seed 1 predates pos.position_dtype (it ran in fp32); seed 2 names fp32, seed 3 names bf16
+    # seed 1 predates pos.position_dtype and eval.rope_scaling (it ran in fp32, unscaled);
+    # seed 2 names both old values, seed 3 names bf16
+    scaling = "eval:\n  rope_scaling:\n    kind: none\n    factor: auto\n    beta_fast: 32\n"
     for seed, dtype, ppls in [(1, None, [10.0, 11.0]), (2, "fp32", [12.0, 13.0]),
                               (3, "bf16", [50.0, 51.0])]:  # fmt: skip
         run = write_seeded_run(tmp_path / f"{seed}_alibi", curve("alibi", ppls), seed)
         if dtype is not None:
             config = run / ".hydra" / "config.yaml"
             named = f"_target_: R\n  position_dtype: {dtype}\n"
-            config.write_text(config.read_text().replace("_target_: R\n", named))
+            config.write_text(config.read_text().replace("_target_: R\n", named) + scaling)
     rows = compare([tmp_path], tmp_path / "out")
     merged = {r["scheme"]: r for r in rows if r["length"] == 64}
-    assert merged["alibi [pos.position_dtype=fp32]"]["n_seeds"] == 2
-    assert merged["alibi [pos.position_dtype=fp32]"]["ppl"] == pytest.approx(11.0)
+    assert set(merged) == {"alibi [pos.position_dtype=fp32]", "alibi [pos.position_dtype=bf16]"}
+    old_and_new = merged["alibi [pos.position_dtype=fp32]"]
+    assert old_and_new["seeds"] == "1 2" and old_and_new["ppl"] == pytest.approx(11.0)
+    assert old_and_new["ppl_sd"] == pytest.approx(2**0.5)
     assert "n_seeds" not in merged["alibi [pos.position_dtype=bf16]"]
+
+
+def test_an_option_missing_from_one_run_and_not_known_as_added_later_keeps_runs_apart(tmp_path):
+    for seed, extra in [(1, ""), (2, "model:\n  width: 7\n")]:
+        run = write_seeded_run(tmp_path / f"{seed}_alibi", curve("alibi", [10.0, 11.0]), seed)
+        config = run / ".hydra" / "config.yaml"
+        config.write_text(config.read_text() + extra)
+    rows = compare([tmp_path], tmp_path / "out")
+    assert {r["scheme"] for r in rows} == {"alibi [model.width=None]", "alibi [model.width=7]"}
+
+
+def test_a_run_without_a_config_does_not_stop_the_others_merging(tmp_path):
+    for seed in (1, 2):
+        write_seeded_run(tmp_path / f"{seed}_rope", curve("rope", [10.0 + seed, 11.0]), seed)
+    write_run(tmp_path / "eval_out", curve("rope", [30.0, 31.0]))  # an eval.py out_dir
+    rows = compare([tmp_path], tmp_path / "out")
+    merged = {r["scheme"]: r for r in rows if r["length"] == 64}
+    assert set(merged) == {"rope", "rope [eval_out]"}
+    assert merged["rope"]["seeds"] == "1 2" and merged["rope"]["ppl"] == pytest.approx(11.5)

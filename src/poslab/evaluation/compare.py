@@ -60,6 +60,7 @@ NOT_SETTINGS = (
 # newer seeds of its configuration (a newer run with another value stays apart)
 ADDED_LATER = {
     "pos.position_dtype": "fp32",
+    "pos.theta_param": "raw",
     "eval.logn_scaling": False,
     "eval.rope_scaling.kind": "none",
     "eval.rope_scaling.factor": "auto",
@@ -112,16 +113,20 @@ def label_rows(results: list[Path]) -> list[dict]:
     seeds: list[Any] = [None] * len(runs)
     for scheme in {s for s in schemes if s is not None and schemes.count(s) > 1}:
         twins = [i for i, s in enumerate(schemes) if s == scheme]
+        # a run without a config (an eval.py out_dir) is labelled by its folder; the others
+        # are compared by their options
         options = [run_options(runs[i]) for i in twins]
-        differ = []
-        if all(o is not None for o in options):
-            keys = sorted({k for o in options for k in o})
-            options = [{k: o.get(k, ADDED_LATER.get(k)) for k in keys} for o in options]
-            differ = [k for k in keys if len({repr(o[k]) for o in options}) > 1]
+        keys = sorted({k for o in options if o is not None for k in o})
+        options = [None if o is None else {k: o.get(k, ADDED_LATER.get(k)) for k in keys}
+                   for o in options]  # fmt: skip
+        differ = [k for k in keys if len({repr(o[k]) for o in options if o is not None}) > 1]
         shown = [k for k in differ if k != "seed"]
         for i, opts in zip(twins, options, strict=True):
-            labels[i] = ", ".join(f"{k}={opts.get(k)}" for k in shown) if differ else folders[i]
-            seeds[i] = opts.get("seed") if "seed" in differ else None
+            if opts is None or not differ:
+                labels[i] = folders[i]
+                continue
+            labels[i] = ", ".join(f"{k}={opts[k]}" for k in shown)
+            seeds[i] = opts["seed"] if "seed" in differ else None
         # one label for several runs is fine only when their seeds tell them apart
         for label in {labels[i] for i in twins}:
             group = [i for i in twins if labels[i] == label]
@@ -274,8 +279,10 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     out.mkdir(parents=True, exist_ok=True)
     tasks = {r.get("task") for r in rows}
     if title is None:  # a table of task runs is one of accuracy, named by its task(s)
-        title = (f"{', '.join(sorted(tasks))}: accuracy vs evaluation length"
-                 if None not in tasks else "perplexity vs evaluation length")  # fmt: skip
+        named = ", ".join(sorted(t for t in tasks if t is not None))
+        title = ("perplexity vs evaluation length" if tasks == {None}
+                 else f"{named}: accuracy vs evaluation length" if None not in tasks
+                 else f"perplexity and {named} accuracy vs evaluation length")  # fmt: skip
     text = markdown(rows, title, "scheme")
     task_modes = {r["mode"] for r in rows if r.get("task")}  # every task row names its task
     for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):

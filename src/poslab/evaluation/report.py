@@ -344,7 +344,9 @@ def write_reports(
         if heatmap is not None:
             paths["heatmap"] = out / f"{stem}_heatmap.png"
             save(heatmap, paths["heatmap"])
-        plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, f"{title} (answer tokens)")
+        tasks = ", ".join(dict.fromkeys(r["task"] for r in rows if r.get("task")))
+        answer_title = f"{tasks}: answer perplexity" if tasks else "answer perplexity"
+        plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, answer_title)
         del paths["position_plot"]  # no loss by position for answers
         return paths
     plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, title)
