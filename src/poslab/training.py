@@ -285,6 +285,9 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         vocab_size,
         cfg.data.seq_len,
     )
+    # a CPU run is bitwise repeatable only with the same number of threads (sums in another
+    # order), so the log says how many it had
+    log.info("torch threads: %d (OMP_NUM_THREADS sets it)", torch.get_num_threads())
 
     checkpoint = ModelCheckpoint(
         dirpath=out / "checkpoints",
