@@ -1,16 +1,22 @@
-"""Reliability: a killed run resumes to the same loss, SIGTERM saves and says how to resume, a
-diverged run stops at once, and every bad input is one line with exit code 2 before any work."""
+"""Reliability: a killed run resumes to the same loss, SIGTERM/SIGINT in every phase (training,
+the evaluation after it, eval.py, a sweep) save what finished and say what to run next, a diverged
+run stops at once, and every bad input is one line with exit code 2 before any work.
+
+The tests that kill and resume processes are `slow` (minutes); `.ci/run` runs them after the
+fast suite."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,12 +24,14 @@ from conftest import REPO, TINY, make_corpus
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-# a run long enough to be stopped part-way: 60 steps, a checkpoint every 5
+# a run long enough to be stopped part-way: 60 steps, a checkpoint every 5; one precision
+# whatever the machine (precision=auto is tested on its own: tests/test_precision.py)
 RESUMABLE = [
     *[o for o in TINY if not o.startswith(("trainer.max_steps", "logger="))],
     "trainer.max_steps=60",
     "checkpoint.every_n_steps=5",
     "eval.after_train=false",
+    "trainer.precision=32-true",
 ]
 
 
@@ -48,19 +56,30 @@ def wandb_run_ids(folder: Path) -> list[str]:
     return sorted(p.name.rsplit("-", 1)[-1] for p in (folder / "wandb").glob("offline-run-*"))
 
 
-def start_and_wait_for_checkpoint(cmd: list[str], folder: Path, env: dict) -> subprocess.Popen:
-    """Start a training run and return once its first periodic checkpoint is on disk."""
+def start_and_wait_for_checkpoint(
+    cmd: list[str], folder: Path, env: dict | None = None, until: Any = None
+) -> subprocess.Popen:
+    """Start a training run and return once its first periodic checkpoint is on disk (or once
+    `until()` is true)."""
     proc = subprocess.Popen(
         cmd, cwd=folder.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     ckpt = folder / "checkpoints" / "last.ckpt"
+    until = until or ckpt.exists
     deadline = time.time() + 240
-    while not ckpt.exists():
+    while not until():
         assert proc.poll() is None, proc.stderr.read()
-        assert time.time() < deadline, "no checkpoint appeared"
+        assert time.time() < deadline, "the run did not get there"
         time.sleep(0.01)
     return proc
+
+
+def status_of(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "status.json").read_text())
+    except (OSError, ValueError):  # not there yet, or being replaced
+        return {}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +93,7 @@ def uninterrupted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> flo
     return final_val_loss(folder)
 
 
+@pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_same_loss(corpus, tmp_path, uninterrupted):
     """SIGKILL mid-way (no chance to clean up), then resume=auto in the same folder: the same
     final validation loss as the uninterrupted run, and the same W&B run continues."""
@@ -95,6 +115,7 @@ def test_sigkilled_run_resumes_to_the_same_loss(corpus, tmp_path, uninterrupted)
     assert len(ids) == 2 and ids[0] == ids[1], ids  # one W&B run, continued
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(corpus, tmp_path, uninterrupted):
     folder = tmp_path / "run"
     env = wandb_env(tmp_path)
@@ -121,6 +142,111 @@ def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(corpus, tmp_path, uni
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert final_val_loss(folder) == pytest.approx(uninterrupted, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_sigint_twice_stops_at_once_and_still_says_how_to_resume(corpus, tmp_path, uninterrupted):
+    folder = tmp_path / "run"
+    proc = start_and_wait_for_checkpoint(train_cmd(corpus, folder, "logger=csv"), folder)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # impatient: the second one does not wait for the step
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    assert "Traceback" not in stderr
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("stopped by SIGINT at step ")
+    assert last_line.endswith(f"resume with: python train.py resume={folder}")
+    assert status_of(folder)["status"] == "interrupted"
+    resumed = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={folder}"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert final_val_loss(folder) == pytest.approx(uninterrupted, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_evaluation_after_training_resumes_the_evaluation(corpus, tmp_path):
+    """Training finished, its evaluation is stopped: status `interrupted` in phase
+    `evaluation`; the printed command runs the evaluation alone and keeps the run's metrics."""
+    folder = tmp_path / "run"
+    # a slow evaluation (a window per token), so the signal lands inside it
+    cmd = train_cmd(corpus, folder, "logger=csv", "trainer.max_steps=20", "eval.after_train=true",
+                    "eval.modes=[sliding]", "eval.stride=1")  # fmt: skip
+    proc = start_and_wait_for_checkpoint(
+        cmd, folder, until=lambda: status_of(folder).get("phase") == "evaluation"
+    )
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("stopped by SIGTERM in the evaluation after training")
+    assert last_line.endswith(f"resume with: python train.py resume={folder}")
+    status = status_of(folder)
+    assert status["status"] == "interrupted" and status["phase"] == "evaluation", status
+    assert not (folder / "extrapolation" / "extrapolation.json").exists()
+    val_loss = status["val_loss"]  # recorded when training finished
+
+    resumed = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={folder}"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    status = status_of(folder)
+    assert status["status"] == "completed" and status["step"] == 20
+    assert status["val_loss"] == val_loss and status["best_val_loss"] <= val_loss
+    assert (folder / "extrapolation" / "extrapolation.json").is_file()
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_sweep_names_the_jobs_that_did_not_run_and_resumes_them(corpus, tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, str(REPO / "train.py"), "-m", "pos=rope,alibi,nope",
+           f"data.path={corpus}", *RESUMABLE, "logger=csv", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    first = sweep / "0_rope-tiny-L16"
+    proc = start_and_wait_for_checkpoint(cmd, first)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert lines[-2].startswith("stopped by SIGTERM at step ")
+    assert "jobs 1–2 of 0–2 did not run" in lines[-1], lines[-1]
+    command = lines[-1].split("resume it with: ", 1)[1]
+    assert status_of(sweep)["jobs_not_run"] == [1, 2]
+    assert not (sweep / "1_alibi-tiny-L16").exists()
+
+    args = shlex.split(command)
+    assert args[0] == "python"
+    resumed = subprocess.run([sys.executable, *args[1:]], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for job in ("0_rope-tiny-L16", "1_alibi-tiny-L16", "2_nope-tiny-L16"):
+        assert status_of(sweep / job)["status"] == "completed", job
+        assert status_of(sweep / job)["step"] == 60
+
+
+@pytest.mark.slow
+def test_sigterm_to_eval_py_writes_no_results_and_says_what_to_run(trained_runs, tmp_path):
+    out = tmp_path / "eval"
+    cmd = [sys.executable, str(REPO / "eval.py"), f"run={trained_runs['rope'][0]}",
+           f"out_dir={out}", "eval.modes=[sliding]", "eval.stride=1", "eval.factors=[1,2,4,8]",
+           "eval.max_tokens=null"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    log = out / "eval.log"
+    deadline = time.time() + 120
+    while not (log.exists() and "evaluating on" in log.read_text()):  # the scoring has begun
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("stopped by SIGTERM during the evaluation; no results were written")
+    assert json.loads((out / "eval_status.json").read_text())["status"] == "interrupted"
+    assert not list(out.glob("**/extrapolation.json"))
 
 
 def test_divergence_stops_at_once_and_marks_the_run_failed(corpus, tmp_path):
@@ -274,6 +400,21 @@ BAD_INPUTS = [
     (train_case("pos=alibi", "eval.rope_scaling.kind=pi"), "act on rotary schemes"),
     (train_case("pos=rope", "pos.theta_param=exp"), "pos.theta_param='exp'"),
     (train_case("pos=alibi", "pos.position_dtype=fp16"), "pos.position_dtype='fp16'"),
+    # found by the second reliability pass: each was a traceback, or failed after training
+    (train_case("seed=-1"), "seed=-1 must be an integer ≥ 0"),
+    (train_case("logger=wandb", "logger.init_timeout=abc"), "logger.init_timeout=abc"),
+    (train_case("+logger.flush_logs_every_n_steps=abc"), "logger.flush_logs_every_n_steps=abc"),
+    (train_case("logger=wandb", "+logger.bogus=1"), "logger.bogus: WandbLogger has no such"),
+    (train_case("+trainer.bogus=1"), "trainer.bogus: lightning.Trainer has no such option"),
+    (train_case("eval.precision=64-true"), "eval.precision=64-true is not one of"),
+    (train_case("eval.precision=bf16-true"), "eval.precision=bf16-true is not one of"),
+    (train_case("eval.precision=32"), "eval.precision=32 is not one of"),
+    (train_case("trainer.precision=64-true"), "trainer.precision=64-true is not one of"),
+    *(
+        [(train_case("eval.device=cuda"), "eval.device=cuda but no CUDA device is visible")]
+        if not torch.cuda.is_available()
+        else []
+    ),  # fmt: skip
 ]
 
 

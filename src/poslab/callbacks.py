@@ -14,8 +14,10 @@ same optimizer steps). Digests are exact (SHA-256 of the raw bytes), so "identic
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -25,6 +27,9 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Checkpoint
+
+from poslab.errors import NO_SPACE_ERRNOS, DiskFull, RunInterrupted
 
 
 def tensor_digest(named: list[tuple[str, torch.Tensor]]) -> str:
@@ -61,10 +66,6 @@ class RankFingerprints(L.Callback):
     def _state(module: L.LightningModule) -> list[tuple[str, torch.Tensor]]:
         return [*module.named_parameters(), *module.named_buffers()]
 
-    def _save(self, trainer: L.Trainer) -> None:
-        trainer.save_checkpoint(self.path)
-        self._saved_step = trainer.global_step
-
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.params_start = tensor_digest(self._state(pl_module))
 
@@ -96,27 +97,61 @@ class RankFingerprints(L.Callback):
         path.write_text(json.dumps(record, indent=1))
 
 
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """`data` to a temporary file in `path`'s own folder (never $TMPDIR: it may be small or on
+    another disk), flushed to disk, then renamed over `path`: a kill or a full disk leaves the
+    previous file intact and no temporary behind. No room: DiskFull naming the path and sizes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        if err.errno not in NO_SPACE_ERRNOS:
+            raise
+        free = shutil.disk_usage(path.parent).free
+        raise DiskFull(
+            f"no room to write {path} ({_mib(len(data))} needed, {_mib(free)} free on its disk"
+            f"{'' if err.errno == 28 else f'; {err.strerror}'}); free some space"
+        ) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the `.NAME.PID.tmp` files a killed writer left in `folder` (call it only while
+    holding the run's lock: then no other process is writing there)."""
+    stale = sorted(folder.glob(".*.tmp")) if folder.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Checkpoints written to a temporary file in the same folder, then renamed over the old
-    one: a kill during a save leaves the previous checkpoint intact, never a truncated file."""
+    """Checkpoints serialised in memory, then written through `write_atomically`: a kill during
+    a save leaves the previous checkpoint intact, never a truncated file, and a full disk is one
+    line (DiskFull) with the last good checkpoint untouched. (Lightning's own save stages the
+    file in $TMPDIR, which fails when that is small although the run's disk has room.)"""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            super().save_checkpoint(checkpoint, tmp, storage_options)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        write_atomically(Path(path), buffer.getvalue())
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class LastCheckpoint(L.Callback):
+class LastCheckpoint(Checkpoint):
     """Keeps `last.ckpt` no more than `every_n_steps` optimizer steps old (and saves it at every
     validation and at the end of training), and turns SIGTERM (preemption) and SIGINT (Ctrl-C)
     into: finish this optimizer step, save `last.ckpt`, stop. A second signal stops at once.
@@ -124,7 +159,12 @@ class LastCheckpoint(L.Callback):
     Saves happen only between optimizer steps (never inside gradient accumulation), so a resumed
     run continues at exactly the batch where this one stopped. (Lightning's SLURM
     `hpc_ckpt_N.ckpt`, saved whenever SIGUSR1 arrives, can fall inside an accumulation: with
-    accumulate_grad_batches > 1 prefer SIGTERM or these periodic saves.)"""
+    accumulate_grad_batches > 1 prefer SIGTERM or these periodic saves.)
+
+    It is a `Checkpoint` so that Lightning runs it after ModelCheckpoint (checkpoint callbacks
+    go last, in the order given): a save at a validation then stores the best-model state that
+    includes this validation. Saved before it, a resumed run had a stale best score and wrote
+    its real best to `best-v1.ckpt`, leaving `best.ckpt` the wrong model."""
 
     def __init__(self, path: str | Path, every_n_steps: int | None) -> None:
         self.path = Path(path)
@@ -136,9 +176,10 @@ class LastCheckpoint(L.Callback):
         self._saved_step: int | None = None  # the step of the latest save
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self.signal is not None:  # asked twice: stop now
+        if self.signal is not None:  # asked twice: stop now, with the last checkpoint saved
             self._restore_handlers()
-            raise KeyboardInterrupt
+            saved = str(self.path) if self.path.is_file() else None
+            raise RunInterrupted(signum, "training", self._saved_step, saved)
         self.signal = signum
         name = signal.Signals(signum).name
         print(

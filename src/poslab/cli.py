@@ -6,16 +6,28 @@ that say how the run ended, and `resume=RUN` continuing a run in its own folder.
 * A run that fails on bad input before any work leaves no folder behind; one that fails later
   keeps its folder, whose `train.log` ends with the error line and whose `status.json` says
   `failed` (or `interrupted`, with the command that resumes it).
+* A refused command never writes to the run it names: Hydra records a command in
+  `.hydra-pending/` (conf/hydra/default.yaml), which becomes the run's `.hydra/` only once the run
+  passed its checks and took the folder (`claim_run_folder`); a refusal removes it and the log
+  lines it added, so `resume=RUN pos=alibi` leaves RUN exactly as it was.
+* One training process at a time per run folder (`RunLock`, a lock on `<run>/.lock`); a second
+  is refused in one line naming the holder's pid.
+* SIGTERM / SIGINT in any phase (setup, training, the evaluation after it, eval.py, a sweep)
+  end in one line and a status file that say what finished and what to run next.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import logging
 import os
 import re
+import shlex
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -25,14 +37,26 @@ from typing import Any
 import yaml
 from hydra.experimental.callback import Callback
 
-from poslab.errors import EXIT_BAD_INPUT, ConfigError, report
+from poslab.errors import EXIT_BAD_INPUT, NO_SPACE_ERRNOS, ConfigError, RunInterrupted, report
+
+try:  # POSIX; elsewhere runs go unlocked
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
-# what Hydra puts in a run folder before the task starts; a folder holding nothing else has
-# seen no work yet
-HYDRA_FILES = {".hydra", "train.log", "eval.log"}
+# where Hydra records a training command (hydra.output_subdir) until the run takes its folder
+PENDING_CONFIG = ".hydra-pending"
+LOCK_FILE = ".lock"
+# what Hydra (and the lock) put in a run folder before the task starts; a folder holding
+# nothing else has seen no work yet
+HYDRA_FILES = {".hydra", PENDING_CONFIG, LOCK_FILE, "train.log", "eval.log"}
 STATUS_FILE = "status.json"
+# the command line as the user typed it (before resume= rewrote it): sweeps print it back
+_ORIGINAL_ARGV: list[str] = []
+# the folder this job has taken (claim_run_folder); None while it may still be refused
+_claimed: Path | None = None
 
 
 def run_dir() -> Path:
@@ -51,14 +75,121 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def write_status(folder: Path, status: str, **details: Any) -> None:
+def write_status(folder: Path, status: str, name: str = STATUS_FILE, **details: Any) -> None:
     """<run>/status.json: running | completed | interrupted | failed, with details (step, error,
-    the command that resumes it). Written through a temporary file, so it is never half-written."""
+    the command that resumes it). Written through a temporary file, so it is never half-written.
+    On a full disk, where no new file fits, the old one is overwritten in place (its disk block
+    is already allocated), so a run that fails for lack of space still says `failed`."""
     folder.mkdir(parents=True, exist_ok=True)
     payload = {"status": status, "time": time.strftime("%Y-%m-%d %H:%M:%S"), **details}
-    tmp = folder / f".{STATUS_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    os.replace(tmp, folder / STATUS_FILE)
+    data = (json.dumps(payload, indent=1) + "\n").encode()
+    tmp = folder / f".{name}.{os.getpid()}.tmp"
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, folder / name)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.errno not in NO_SPACE_ERRNOS or not (folder / name).is_file():
+            raise
+        with open(folder / name, "r+b") as f:
+            f.write(data)
+            f.truncate()
+
+
+def read_status(folder: Path) -> dict[str, Any]:
+    """<run>/status.json as a dict ({} where there is none or it cannot be read)."""
+    try:
+        return json.loads((folder / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def is_main_process() -> bool:
+    """False in the extra processes a multi-process launcher starts (they share rank 0's run
+    folder and must neither lock nor claim it)."""
+    return all(os.environ.get(k, "0") in ("", "0") for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+
+
+class RunLock:
+    """An exclusive lock on `<run>/.lock` for as long as a training process uses the folder: two
+    `resume=` of one run would both train it (doubled work, best-v1.ckpt, best-v2.ckpt). The OS
+    drops the lock when the process ends, even by SIGKILL, so a killed run never blocks its
+    resume. The file holds the holder's pid, for the refusal line."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / LOCK_FILE
+        self.fd: int | None = None
+        self.created = False
+        self.previous = b""  # the file's content before this process wrote its pid
+
+    def acquire(self) -> None:
+        if fcntl is None:
+            return
+        self.created = not self.path.exists()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            self.created = False
+            raise ConfigError(
+                f"{self.path.parent} is in use by another training process (pid {holder}); wait "
+                f"for it to end, or stop it (kill {holder}) and run this again"
+            ) from None
+        self.previous = os.read(fd, 32)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def put_back(self) -> None:
+        """Leave the lock file as this process found it (it was refused: it did no work)."""
+        if self.fd is None:
+            return
+        if self.created:
+            self.path.unlink(missing_ok=True)
+        else:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, self.previous, 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def claim_run_folder(folder: Path) -> None:
+    """The run passed its checks and takes its folder: Hydra's record of this command
+    (.hydra-pending/) becomes the run's .hydra/, and the temporaries a killed writer left are
+    removed (the lock says no other process writes here). From now on a failure is the run's
+    own and is written to its status.json."""
+    global _claimed
+    pending = folder / PENDING_CONFIG
+    if pending.is_dir():
+        (folder / ".hydra").mkdir(exist_ok=True)
+        for path in pending.iterdir():
+            os.replace(path, folder / ".hydra" / path.name)
+        shutil.rmtree(pending, ignore_errors=True)
+    for stale in [*folder.glob(".*.tmp"), *(folder / "checkpoints").glob(".*.tmp")]:
+        stale.unlink(missing_ok=True)
+    _claimed = folder
+
+
+def os_error_line(err: OSError) -> str | None:
+    """One line for the errors of the machine a user can fix (no permission, a read-only place,
+    no room left); None for others (a bug: a traceback, in the log file too)."""
+    where = err.filename or "a file"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (
+            f"cannot write {where} ({err.strerror}); make it writable or choose another place "
+            "(hydra.run.dir=, out_dir=, POSLAB_CACHE=, HOME for W&B)"
+        )
+    if err.errno in NO_SPACE_ERRNOS:
+        free = shutil.disk_usage(Path(where).parent).free if err.filename else None
+        room = f", {free / 2**20:.1f} MiB free" if free is not None else ""
+        return f"no room to write {where} ({err.strerror}{room}); free some space"
+    return None
 
 
 def log_to_file(line: str) -> None:
@@ -102,26 +233,207 @@ def hydra_task(owns_folder: bool) -> Callable[[Callable[[Any], Any]], Callable[[
 
 
 def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
+    global _claimed
     folder = run_dir()
     fresh = _untouched(folder)  # the folder was made for this run (or holds nothing)
+    _claimed = None
+    logs = _log_sizes(folder)  # lines this job adds are taken back if it is refused
+    lock = RunLock(folder) if owns_folder and is_main_process() else None
+    handlers = _stop_on_signals()
     try:
-        return fn(cfg)
+        if lock is not None:
+            lock.acquire()
+        result = fn(cfg)
+        if owns_folder and _claimed is None and is_main_process():
+            _undo_refused(folder, fresh, logs, lock)  # it had nothing to do (a finished run)
+        return result
+    except RunInterrupted as stop:
+        _interrupted(stop, folder, owns_folder, fresh)
+        raise SystemExit(128 + stop.signum) from None
     except ConfigError as err:
-        report(err)
-        log_to_file(f"error: {err}")
-        if fresh and _untouched(folder):
-            _close_file_logs(folder)
-            shutil.rmtree(folder, ignore_errors=True)
-        elif owns_folder and folder.is_dir():
-            write_status(folder, "failed", error=str(err))
+        _failed(err, folder, owns_folder, fresh, logs, lock)
         if in_multirun():
             raise  # Hydra marks this job failed and goes on with the sweep's other jobs
         raise SystemExit(EXIT_BAD_INPUT) from None
+    except OSError as err:
+        line = os_error_line(err)
+        if line is None:
+            _crashed(err, folder, owns_folder, fresh)
+            raise
+        _failed(ConfigError(line), folder, owns_folder, fresh, logs, lock)
+        if in_multirun():
+            raise ConfigError(line) from None
+        raise SystemExit(EXIT_BAD_INPUT) from None
     except Exception as err:
-        log.exception("the run failed")  # the traceback, in the log file too
-        if owns_folder and folder.is_dir() and not (fresh and _untouched(folder)):
-            write_status(folder, "failed", error=f"{type(err).__name__}: {err}")
+        _crashed(err, folder, owns_folder, fresh)
         raise
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        if lock is not None:
+            lock.release()
+
+
+def _log_sizes(folder: Path) -> dict[Path, int]:
+    """The size of each of this job's log files in `folder` now."""
+    sizes = {}
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            path = Path(handler.baseFilename)
+            if path.parent == folder:
+                sizes[path] = path.stat().st_size if path.is_file() else 0
+    return sizes
+
+
+def _failed(
+    err: ConfigError, folder: Path, owns_folder: bool, fresh: bool, logs: dict[Path, int],
+    lock: RunLock | None,
+) -> None:  # fmt: skip
+    report(err)
+    if owns_folder and _claimed is None:
+        _undo_refused(folder, fresh, logs, lock)
+        return
+    _try(log_to_file, f"error: {err}")
+    if fresh and _untouched(folder):
+        _close_file_logs(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    elif owns_folder and folder.is_dir():
+        _try(write_status, folder, "failed", error=str(err))
+
+
+def _undo_refused(folder: Path, fresh: bool, logs: dict[Path, int], lock: RunLock | None) -> None:
+    """A refused command leaves the folder it named as it found it: a folder made for it is
+    removed; an existing run loses Hydra's record of the refused command and its log lines."""
+    if fresh and _untouched(folder):
+        _close_file_logs(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    shutil.rmtree(folder / PENDING_CONFIG, ignore_errors=True)
+    for path, size in logs.items():
+        with contextlib.suppress(OSError):
+            if size == 0:
+                path.unlink(missing_ok=True)
+            else:
+                os.truncate(path, size)
+    if lock is not None:
+        with contextlib.suppress(OSError):
+            lock.put_back()
+
+
+def _crashed(err: BaseException, folder: Path, owns_folder: bool, fresh: bool) -> None:
+    log.exception("the run failed")  # the traceback, in the log file too
+    if owns_folder and folder.is_dir() and not (fresh and _untouched(folder)):
+        _try(write_status, folder, "failed", error=f"{type(err).__name__}: {err}")
+
+
+def _stop_on_signals() -> dict[int, Any]:
+    """SIGTERM / SIGINT raise RunInterrupted wherever the job is (training installs its own
+    handler, which finishes the step and saves first). Returns the handlers to put back."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum: int, frame: Any) -> None:
+        raise RunInterrupted(signum, phase="")
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.getsignal(signum)
+        signal.signal(signum, stop)
+    return previous
+
+
+def _interrupted(stop: RunInterrupted, folder: Path, owns_folder: bool, fresh: bool) -> None:
+    """One line (and the status file) saying what finished and what to run next."""
+    name = signal.Signals(stop.signum).name
+    if not owns_folder:  # eval.py: results are written together at the end, so none were
+        line = (
+            f"stopped by {name} during the evaluation; no results were written; run the same "
+            f"command again: {_command(_ORIGINAL_ARGV)}"
+        )
+        _try(write_status, folder, "interrupted", name="eval_status.json", next=line)
+    elif _claimed is None:  # before the run took its folder: nothing of it was written
+        if fresh and _untouched(folder):
+            _close_file_logs(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+        line = f"stopped by {name} before the run started; nothing was written"
+    else:
+        resume = resume_command(folder)
+        if stop.phase == "training":
+            done = f"at step {stop.step}; saved {stop.saved}"
+        elif stop.phase == "evaluation":
+            done = f"in the evaluation after training (training finished: {stop.saved})"
+        else:
+            done = "before training started" + (f" (last checkpoint {stop.saved})" if stop.saved
+                                                 else "")  # fmt: skip
+        line = f"stopped by {name} {done}; resume with: {resume}"
+        _try(write_status, folder, "interrupted", phase=stop.phase or "setup", step=stop.step,
+             resume=resume)  # fmt: skip
+    print(line, file=sys.stderr, flush=True)
+    _try(log_to_file, line)
+    if in_multirun():
+        _sweep_interrupted(name)
+
+
+def _try(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    with contextlib.suppress(OSError):  # the folder cannot take it (read-only, full): the
+        fn(*args, **kwargs)  # line was printed
+
+
+def resume_command(out: Path) -> str:
+    return f"python train.py resume={shlex.quote(str(out))}"
+
+
+def _command(argv: list[str]) -> str:
+    script = Path(argv[0]).name if argv else "train.py"
+    return " ".join(["python", script, *map(shlex.quote, argv[1:])])
+
+
+def _sweep_interrupted(signal_name: str) -> None:
+    """A -m sweep stopped in job k: name the jobs that did not run and print the command that
+    resumes the whole sweep (finished jobs are skipped, the stopped one continues)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    sweep = Path(hydra_cfg.sweep.dir).resolve()
+    job = int(hydra_cfg.job.num)
+    total = _sweep_size(sweep)
+    args = [a for a in _ORIGINAL_ARGV[1:] if not a.startswith(("hydra.sweep.dir=", "resume="))]
+    command = _command(
+        [_ORIGINAL_ARGV[0] if _ORIGINAL_ARGV else "train.py", *args, "resume=auto",
+         f"hydra.sweep.dir={sweep}"]
+    )  # fmt: skip
+    if total is None:
+        not_run = f"the jobs after job {job} did not run"
+        left: list[int] | None = None
+    else:
+        left = list(range(job + 1, total))
+        not_run = (
+            f"jobs {left[0]}–{left[-1]} of 0–{total - 1} did not run" if len(left) > 1
+            else f"job {left[0]} of 0–{total - 1} did not run" if left
+            else "it was the sweep's last job"
+        )  # fmt: skip
+    line = f"sweep stopped by {signal_name} in job {job}; {not_run}; resume it with: {command}"
+    print(line, file=sys.stderr, flush=True)
+    _try(write_status, sweep, "interrupted", job=job, jobs_not_run=left, resume=command)
+
+
+def _sweep_size(sweep: Path) -> int | None:
+    """The number of jobs of the sweep (from its multirun.yaml, as Hydra's basic sweeper
+    expands it); None where that cannot be read."""
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from omegaconf import OmegaConf
+
+        saved = OmegaConf.load(sweep / "multirun.yaml")
+        params = saved.hydra.sweeper.get("params") or {}
+        overrides = [f"{k}={v}" for k, v in params.items()] + list(saved.hydra.overrides.task)
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    except Exception:  # an unusual sweeper: the line says "the jobs after"
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,12 +506,19 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    _ORIGINAL_ARGV[:] = sys.argv
     try:
         if resumable:
             sys.argv = resume_arguments(sys.argv)
         main()
     except ConfigError as err:  # raised again at the end of a sweep, or before Hydra started
         report(err)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as err:  # Hydra could not make or write the run folder
+        line = os_error_line(err)
+        if line is None or user_wants_traces:
+            raise
+        print(f"error: {line}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_INPUT)
     except (HydraException, OmegaConfBaseException) as err:
         if user_wants_traces:

@@ -44,3 +44,21 @@ def exit_on_config_error(fn: F) -> F:
             raise SystemExit(EXIT_BAD_INPUT) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+class DiskFull(ConfigError):
+    """A write failed for lack of space (a full disk, a quota, a file-size limit). The message
+    names the path and the space needed; what was written before is intact."""
+
+
+# the errnos of "no room to write": a full disk, a quota, a file-size limit (RLIMIT_FSIZE)
+NO_SPACE_ERRNOS = (28, 122, 27)  # ENOSPC, EDQUOT, EFBIG
+
+
+class RunInterrupted(BaseException):
+    """SIGTERM or SIGINT stopped a phase of a run (a BaseException, like KeyboardInterrupt, so
+    that no `except Exception` swallows it). `saved` is what was kept (a checkpoint), if any."""
+
+    def __init__(self, signum: int, phase: str, step: int | None = None, saved: str | None = None):
+        super().__init__(signum, phase)
+        self.signum, self.phase, self.step, self.saved = signum, phase, step, saved

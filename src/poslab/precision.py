@@ -1,10 +1,12 @@
 """`precision: auto`: bf16 autocast where the hardware runs bf16 natively, fp32 elsewhere.
 
 GPUs say it themselves (`torch.cuda.is_bf16_supported`). CPUs do not: some run bf16 matmuls
-natively (AMX, avx512_bf16: ~2.8× faster than fp32), others emulate them (3× to 100× *slower*).
-A CPU whose flags (/proc/cpuinfo) lack both bf16 instruction sets gets fp32 at once; otherwise
-(the flags say bf16, or cannot be read) we measure once per process: a few square matmuls in fp32
-and in bf16, and bf16 must win by a margin, so that noise never picks the slower path.
+natively (AMX, avx512_bf16: ~2× faster than fp32), others emulate them (3× to 100× *slower*).
+The CPU flags (/proc/cpuinfo) decide where they can be read: bf16 instructions -> bf16-mixed,
+none -> fp32. Only where they cannot be read (not Linux) is it measured: a few square matmuls in
+fp32 and in bf16, and bf16 must win by a margin. A timing swings with the machine's load
+(0.1×–4.3× was seen under load), so it is never what decides on Linux, and a run decides once:
+a resumed run keeps the precision its checkpoint stored (`stored=`), whatever auto would say now.
 """
 
 from __future__ import annotations
@@ -53,31 +55,41 @@ def cpu_has_bf16_instructions() -> bool | None:
 @functools.cache
 def cpu_bf16_speedup() -> float:
     """bf16/fp32 matmul throughput ratio on this CPU, measured once per process (~0.1 s where
-    bf16 is native); 0.0 without measuring when the CPU flags show no bf16 instructions."""
-    if cpu_has_bf16_instructions() is False:
-        return 0.0
+    bf16 is native). Used only where the CPU flags cannot be read."""
     return _matmul_gflops(torch.bfloat16) / _matmul_gflops(torch.float32)
 
 
-def resolve_precision(setting: str, device_type: str, key: str = "precision") -> str:
-    """A Lightning precision string for `setting` (the config `key`) on `device_type`."""
+def cpu_auto_precision() -> tuple[str, str]:
+    """(precision, why) that `auto` picks on this CPU: the flags where they say, else a timing."""
+    flags = cpu_has_bf16_instructions()
+    if flags is True:
+        return "bf16-mixed", "bf16 instructions (avx512_bf16/amx_bf16) in the CPU flags"
+    if flags is False:
+        return "32-true", "no bf16 instructions in the CPU flags"
+    speedup = cpu_bf16_speedup()
+    choice = "bf16-mixed" if speedup >= BF16_MARGIN else "32-true"
+    return choice, f"CPU flags unreadable; bf16 matmuls measured at {speedup:.2f}× the fp32 speed"
+
+
+def resolve_precision(
+    setting: str, device_type: str, key: str = "precision", stored: str | None = None
+) -> str:
+    """A Lightning precision string for `setting` (the config `key`) on `device_type`. With
+    `auto`, a precision a resumed run's checkpoint `stored` wins: one run, one precision."""
     setting = str(setting)
     if setting not in PRECISIONS:
-        raise ConfigError(f"{key}={setting!r}; choose one of {PRECISIONS}")
+        raise ConfigError(f"{key}={setting!r}; choose one of {', '.join(PRECISIONS)}")
     if setting != "auto":
         return setting
+    if stored in PRECISIONS and stored != "auto":
+        log.info("%s=auto: %s, the choice this run made when it started", key, stored)
+        return str(stored)
     if device_type == "cuda":
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
     if device_type != "cpu":
         return "32-true"
-    speedup = cpu_bf16_speedup()
-    choice = "bf16-mixed" if speedup >= BF16_MARGIN else "32-true"
-    reason = (
-        "no bf16 instructions in the CPU flags"
-        if speedup == 0.0
-        else f"bf16 matmuls measured at {speedup:.2f}× the fp32 speed"
-    )
-    log.info("precision=auto on this CPU: %s -> %s", reason, choice)
+    choice, why = cpu_auto_precision()
+    log.info("%s=auto on this CPU: %s -> %s", key, why, choice)
     return choice
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 import os
-import signal
-import sys
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import instantiate_checked, read_checkpoint
 from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, RankFingerprints
-from poslab.cli import log_to_file, run_dir, write_status
-from poslab.errors import ConfigError, TrainingDiverged
+from poslab.cli import (
+    claim_run_folder,
+    is_main_process,
+    read_status,
+    resume_command,
+    run_dir,
+    write_status,
+)
+from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
 from poslab.lit import LanguageModel
 from poslab.precision import device_type_of, resolve_precision
 from poslab.validate import check_run_config
@@ -162,6 +169,63 @@ def world_size_for(trainer_cfg: dict[str, Any]) -> int:
     return int(probe.world_size)
 
 
+# trainer.* keys that are poslab's, not lightning.Trainer arguments
+OWN_TRAINER_KEYS = ("_target_", "compile")
+
+
+def check_trainer_options(trainer_cfg: dict[str, Any]) -> None:
+    """An option lightning.Trainer does not take (`+trainer.bogus=1`) fails now, in one line,
+    not after the data is read."""
+    takes = inspect.signature(L.Trainer.__init__).parameters
+    for key in trainer_cfg:
+        if key not in takes and key not in OWN_TRAINER_KEYS:
+            raise ConfigError(
+                f"trainer.{key}: lightning.Trainer has no such option; check the spelling (its "
+                "options: https://lightning.ai/docs/pytorch/stable/common/trainer.html)"
+            )
+
+
+def _annotation_problem(annotation: Any, value: Any) -> str | None:
+    """What is wrong with `value` for a parameter annotated `annotation` (plain types only)."""
+    name = getattr(annotation, "__name__", annotation)
+    if name == "bool" and not isinstance(value, bool):
+        return "must be true or false"
+    if name == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+        return "must be an integer"
+    if name == "float" and (not isinstance(value, int | float) or isinstance(value, bool)):
+        return "must be a number"
+    return None
+
+
+def check_logger_options(logger_cfg: dict[str, Any] | None) -> None:
+    """Every logger.* option the logger class (or, for W&B, wandb.init) takes, with a value of
+    the type it takes: `+logger.flush_logs_every_n_steps=abc` fails now, not mid-training."""
+    if not logger_cfg:
+        return
+    from hydra.utils import get_class
+
+    cls = get_class(logger_cfg["_target_"])
+    params = inspect.signature(cls).parameters
+    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for key, value in logger_cfg.items():
+        if key in ("_target_", "init_timeout"):  # init_timeout is poslab's (build_logger)
+            continue
+        param = params.get(key)
+        if param is None and passes_on and cls.__name__ == "WandbLogger":
+            import wandb  # WandbLogger hands its other options to wandb.init
+
+            param = inspect.signature(wandb.init).parameters.get(key)
+        if param is None:
+            if passes_on and cls.__name__ != "WandbLogger":
+                continue
+            raise ConfigError(
+                f"logger.{key}: {cls.__name__} has no such option; check the spelling (it has: "
+                f"{', '.join(k for k in params if k not in ('kwargs', 'args'))})"
+            )
+        if value is not None and (problem := _annotation_problem(param.annotation, value)):
+            raise ConfigError(f"logger.{key}={value} {problem}")
+
+
 def tokens_per_step(cfg: DictConfig, world_size: int) -> int:
     """Tokens one optimizer step trains on: batch × seq_len × accumulation in every process."""
     accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
@@ -173,6 +237,7 @@ def max_steps_for(cfg: DictConfig) -> int:
     batch × seq_len × accumulate_grad_batches tokens in every one of the world-size processes.
     Checks the process setup either way (world_size_for), so call it before any work."""
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    check_trainer_options(trainer_cfg)
     world_size = world_size_for(trainer_cfg)
     if not cfg.train.get("max_tokens"):
         return int(cfg.trainer.max_steps)
@@ -193,10 +258,30 @@ def max_steps_for(cfg: DictConfig) -> int:
 RESUMABLE_CHANGES = ("trainer", "eval", "logger", "checkpoint", "resume", "train", "attention")
 
 
-def resume_checkpoint(cfg: DictConfig, out: Path) -> tuple[Path | None, str | None]:
-    """The checkpoint to continue from (resume=auto|PATH), checked against this run's config,
-    and the W&B run id it stored; (None, None) for a fresh run. A fresh run never writes over
-    another run's checkpoints."""
+@dataclass
+class Resume:
+    """What a resumed run continues from: its checkpoint, the W&B run, the config it stored
+    (whose resolved trainer.precision the run keeps), the step, and what its status recorded."""
+
+    path: Path
+    wandb_id: str | None
+    config: dict[str, Any]
+    step: int
+    status: dict[str, Any] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics the run's status file holds (kept across a resume with no new steps)."""
+        skip = {"step"}
+        return {
+            k: v for k, v in self.status.items()
+            if k not in skip and isinstance(v, int | float) and not isinstance(v, bool)
+        }  # fmt: skip
+
+
+def resume_checkpoint(cfg: DictConfig, out: Path) -> Resume | None:
+    """The checkpoint to continue from (resume=auto|PATH), checked against this run's config;
+    None for a fresh run. A fresh run never writes over another run's checkpoints; a run
+    folder whose run was stopped before its first checkpoint starts anew in that folder."""
     setting = cfg.get("resume")
     folder_ckpts = sorted(
         [p for p in [out / "checkpoints" / "last.ckpt"] if p.is_file()]
@@ -209,21 +294,26 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> tuple[Path | None, str | No
                 f"{out} already holds a run's checkpoints; pass resume=auto to continue it, "
                 "or train in a new folder"
             )
-        return None, None
+        return None
     if setting == "auto":
         if not folder_ckpts:
             log.info("resume=auto: no checkpoint in %s yet; starting a new run", out)
-            return None, None
+            return None
         path = folder_ckpts[-1]
     else:
         path = Path(setting).expanduser()
         if path.is_dir():
+            started = (path / "checkpoints" / "last.ckpt").is_file()
+            if not started and path.resolve() == out.resolve():
+                log.info("resume=%s: the run stopped before its first checkpoint; starting it "
+                         "anew in its folder", setting)  # fmt: skip
+                return None
             path = path / "checkpoints" / "last.ckpt"
     ckpt = read_checkpoint(path)
     stored = ckpt["hyper_parameters"]["config"]
     now = OmegaConf.to_container(cfg, resolve=True)
     for key in sorted(set(stored) | set(now)):
-        if key in RESUMABLE_CHANGES or key.endswith("_name"):
+        if key in RESUMABLE_CHANGES or key == "hydra" or key.endswith("_name"):
             continue
         first = _first_difference(stored.get(key), now.get(key), key)
         if first is not None:
@@ -233,7 +323,11 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> tuple[Path | None, str | No
                 "options may change)"
             )
     log.info("resuming from %s", path)
-    return path, ckpt.get("wandb_run_id")
+    same_folder = path.resolve().is_relative_to(out.resolve())
+    return Resume(
+        path, ckpt.get("wandb_run_id"), stored, int(ckpt.get("global_step", 0)),
+        read_status(out) if same_folder else {},
+    )  # fmt: skip
 
 
 def _first_difference(a: Any, b: Any, key: str) -> str | None:
@@ -249,24 +343,27 @@ def _first_difference(a: Any, b: Any, key: str) -> str | None:
     return None if a == b else f"{key} ({a!r} -> {b!r})"
 
 
-def resume_command(out: Path) -> str:
-    return f"python train.py resume={out}"
-
-
 def run_training(cfg: DictConfig) -> dict[str, float]:
     """Fit one model; returns the final metrics (also what a Hydra sweeper would optimise)."""
     out = run_dir()
     check_run_config(cfg)  # bad input: one line before any data is read
     max_steps = max_steps_for(cfg)  # a process setup that cannot run fails before work
-    resume, wandb_id = resume_checkpoint(cfg, out)
+    check_logger_options(OmegaConf.to_container(cfg.logger, resolve=True) if cfg.logger else None)
+    resume = resume_checkpoint(cfg, out)
+    if resume and resume.status.get("status") == "completed" and resume.step >= max_steps:
+        # a finished run (a sweep resumed with resume=auto): nothing to do, nothing written
+        log.info("%s completed at step %d (trainer.max_steps=%d); nothing to do (raise "
+                 "trainer.max_steps to train on)", out, resume.step, max_steps)  # fmt: skip
+        return resume.metrics()
     torch.set_float32_matmul_precision("high")
     config = OmegaConf.to_container(cfg, resolve=True)
-    # trainer.precision=auto becomes what this hardware runs fastest; the checkpoint and W&B
-    # store the choice
+    # trainer.precision=auto becomes what this hardware runs fastest, once per run: the
+    # checkpoint and W&B store the choice, and a resumed run keeps it
     device_type = device_type_of(str(cfg.trainer.get("accelerator", "auto")))
     precision = resolve_precision(
-        cfg.trainer.get("precision", "auto"), device_type, key="trainer.precision"
-    )
+        cfg.trainer.get("precision", "auto"), device_type, key="trainer.precision",
+        stored=resume.config["trainer"].get("precision") if resume else None,
+    )  # fmt: skip
     log.info(
         "trainer.precision=%s -> %s on %s", cfg.trainer.get("precision"), precision, device_type
     )
@@ -274,8 +371,10 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
 
     datamodule = instantiate_checked(cfg.data, seed=cfg.seed)
     vocab_size = datamodule.vocab_size  # reads (or builds) the token cache: corpus errors here
+    if is_main_process():
+        claim_run_folder(out)  # every check passed: from here on, the run writes its folder
     L.seed_everything(cfg.seed, workers=True)
-    logger = build_logger(config, out, wandb_id=wandb_id)
+    logger = build_logger(config, out, wandb_id=resume.wandb_id if resume else None)
     module = LanguageModel(config, vocab_size)
     log.info(
         "pos=%s model=%s: %.2fM non-embedding parameters, vocab %d, seq_len %d",
@@ -297,6 +396,9 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         save_top_k=1,
         save_last=False,  # last.ckpt is LastCheckpoint's
         auto_insert_metric_name=False,
+        # one best.ckpt, always: a best.ckpt left by a killed run is written over, never kept
+        # beside a best-v1.ckpt that holds the real best
+        enable_version_counter=False,
     )
     every_n_steps = (config.get("checkpoint") or {}).get("every_n_steps")
     last = LastCheckpoint(out / "checkpoints" / "last.ckpt", every_n_steps)
@@ -323,17 +425,22 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
                  AtomicCheckpointIO()],
     )  # fmt: skip
 
-    metrics: dict[str, float] = {}
+    # a resumed run that trains no further (its evaluation was interrupted) keeps the metrics
+    # its status recorded
+    metrics: dict[str, float] = resume.metrics() if resume else {}
     failed = True
+    phase = "setup"
     try:
         if trainer.is_global_zero:
-            write_status(out, "running", resumed_from=str(resume) if resume else None)
+            write_status(out, "running", resumed_from=str(resume.path) if resume else None,
+                         **_status_metrics(metrics))  # fmt: skip
         if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
             (initial,) = trainer.validate(module, datamodule=datamodule, verbose=False)
             metrics["val/loss_initial"] = initial["val/loss"]
+        phase = "training"
         try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume.path if resume else None)
         except TrainingDiverged as err:
             saved = last_good_checkpoint(out)
             raise TrainingDiverged(
@@ -341,18 +448,16 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
                 + (f"the last finite checkpoint is {saved}; " if saved else "")
                 + f"lower optim.lr (now {cfg.optim.lr:g}) or check the pos options"
             ) from None
+        except DiskFull as err:
+            saved = last_good_checkpoint(out)
+            raise DiskFull(
+                f"{err}; the last good checkpoint "
+                + (f"{saved} is intact; then resume with: {resume_command(out)}" if saved
+                   else "does not exist yet; then run the command again")
+            ) from None  # fmt: skip
         if last.signal is not None:
-            name = signal.Signals(last.signal).name
-            line = (
-                f"stopped by {name} at step {last.stopped_at}; saved {last.path}; "
-                f"resume with: {resume_command(out)}"
-            )
-            if trainer.is_global_zero:
-                write_status(out, "interrupted", step=last.stopped_at, resume=resume_command(out))
-            print(line, file=sys.stderr, flush=True)
-            log_to_file(line)
             failed = False
-            raise SystemExit(128 + last.signal)
+            raise RunInterrupted(last.signal, "training", last.stopped_at, str(last.path))
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
         metrics["best_val_loss"] = float(checkpoint.best_model_score or float("nan"))
         log.info("best checkpoint: %s", checkpoint.best_model_path)
@@ -363,10 +468,13 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
                 metrics["best_val_loss"],
             )
 
-        if trainer.is_global_zero:  # what the scheme learned, as files (and W&B images)
+        phase = "evaluation"
+        if trainer.is_global_zero:  # training is done: an interruption from here keeps it
+            write_status(out, "running", phase=phase, step=trainer.global_step,
+                         **_status_metrics(metrics))  # fmt: skip
             files = module.model.pos.after_training(
                 out / "pos", run=cfg.get("run_name", ""), seed=cfg.seed
-            )
+            )  # what the scheme learned, as files (and W&B images)
             if files and isinstance(logger, WandbLogger):
                 import wandb
 
@@ -387,6 +495,14 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         if trainer.is_global_zero:
             write_status(out, "completed", step=trainer.global_step, **_status_metrics(metrics))
         failed = False
+    except RunInterrupted as stop:
+        failed = False  # what finished is saved, and the status line says how to go on
+        if not stop.phase:  # the job's own handler: say where it landed
+            stop.phase = phase
+            stop.saved = str(checkpoint.best_model_path or last_good_checkpoint(out) or "") or None
+            if phase == "training":
+                stop.step = int(trainer.global_step)
+        raise
     finally:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             # finish even after a crash: the next job of a sweep must start its own W&B run

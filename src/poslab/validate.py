@@ -137,10 +137,14 @@ def max_tokens_setting(value: Any) -> str | None:
     return "must be a number of tokens ≥ 2, auto, or null (the whole split)"
 
 
-PRECISION_CHOICES = ("auto", "32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
+# what poslab runs (precision.PRECISIONS; kept here too, so the checks need no torch import):
+# Lightning's other strings (32, bf16-true, 64-true) would fail only once the work was done
+PRECISION_CHOICES = ("auto", "32-true", "bf16-mixed", "16-mixed")
+# lightning.seed_everything takes seeds in [0, 2**32 - 1]
+MAX_SEED = 2**32 - 1
 
 TRAIN_SCHEMA: dict[str, Check] = {
-    "seed": integer(),
+    "seed": integer(0, MAX_SEED),
     "optim.lr": number(gt=0),
     "optim.weight_decay": number(ge=0),
     "optim.betas": betas,
@@ -176,6 +180,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "train.fingerprints": boolean(),
     "checkpoint.every_n_steps": integer(1, null=True),
     "resume": resume_setting,
+    "logger.init_timeout": number(gt=0),
 }
 
 EVAL_SCHEMA: dict[str, Check] = {
@@ -262,6 +267,11 @@ def check_eval_config(eval_cfg: Any) -> None:
     from poslab.positions import eval_variant_options
 
     eval_variant_options(eval_cfg)  # the eval-time variant's own options
+    if eval_cfg.get("device") == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("eval.device=cuda but no CUDA device is visible; use eval.device=cpu")
 
 
 def check_run_config(cfg: DictConfig) -> None:
