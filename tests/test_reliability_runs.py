@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,8 @@ def test_extending_a_run_keeps_one_best_checkpoint_with_the_best_score(corpus, t
     half must know that validation's score. It used to write its best to best-v1.ckpt and keep a
     stale best.ckpt, and report the stale best_val_loss."""
     train(corpus, tmp_path, "trainer.max_steps=20", "train.validate_before_fit=false")
+    # what a writer killed mid-save leaves: the resumed run removes it
+    (tmp_path / "checkpoints" / ".last.ckpt.4242.tmp").write_bytes(b"half a checkpoint")
     metrics = train(corpus, tmp_path, "trainer.max_steps=60", "resume=auto")
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
         "best.ckpt",
@@ -79,6 +80,15 @@ def test_resuming_a_finished_run_changes_nothing(corpus, tmp_path):
     assert folder_digest(tmp_path) == before
     assert again["best_val_loss"] == pytest.approx(first["best_val_loss"], rel=1e-9)
     assert again["val_loss_initial"] == pytest.approx(first["val/loss_initial"], rel=1e-9)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_anew_in_its_folder(corpus, tmp_path):
+    """resume=RUN of a run killed before it saved anything: it used to name eval.py's options
+    (`pass ckpt=PATH or run=RUN_DIR`) and mark the run failed."""
+    (tmp_path / ".hydra").mkdir()
+    metrics = train(corpus, tmp_path, "trainer.max_steps=10", f"resume={tmp_path}")
+    assert status_of(tmp_path)["status"] == "completed" and status_of(tmp_path)["step"] == 10
+    assert metrics["best_val_loss"] > 0
 
 
 @pytest.mark.parametrize("first", ["32-true", "bf16-mixed"])
@@ -137,20 +147,35 @@ def train_argv(corpus: Path, folder: Path, *extra: str) -> list[str]:
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """Bad input before any work: one stderr line, `error: ...`, exit code 2."""
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
     return lines[0]
 
 
+def last_error_line(result: subprocess.CompletedProcess) -> str:
+    """A failure once training runs (Lightning's own INFO lines came before it): exit code 2,
+    the last line `error: ...`, the only such line, and no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert lines[-1].startswith("error: "), result.stderr[-3000:]
+    assert sum(line.startswith("error: ") for line in lines) == 1
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return lines[-1]
+
+
 @pytest.mark.slow
-def test_a_refused_command_never_writes_to_the_run_it_names(trained_runs, tmp_path):
+def test_a_refused_command_never_writes_to_the_run_it_names(corpus, tmp_path):
     run = tmp_path / "run"
-    shutil.copytree(trained_runs["rope"][0], run)
+    made = subprocess.run(train_argv(corpus, run, "trainer.max_steps=20"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert made.returncode == 0, made.stderr[-3000:]
     before = folder_digest(run)
     cases = [
         (["pos=alibi"], "pos._target_"),
-        (["model.d_model=64"], "model.d_model (32 -> 64) differs"),
+        (["model.d_model=128"], "model.d_model (64 -> 128) differs"),
+        (["data.seq_len=32"], "data.seq_len (16 -> 32) differs"),
         (["optim.lr=-1"], "optim.lr=-1"),
     ]
     for extra, expected in cases:
@@ -199,9 +224,9 @@ def test_no_room_for_a_checkpoint_is_one_line_and_a_failed_status(corpus, tmp_pa
     limit = _limit_file_size(1 << 20)
     result = subprocess.run(train_argv(corpus, folder), cwd=tmp_path, capture_output=True,
                             text=True, timeout=300, preexec_fn=limit)  # fmt: skip
-    line = one_error_line(result)
+    line = last_error_line(result)
     assert line.startswith(f"error: no room to write {folder / 'checkpoints'}")
-    assert "MiB needed" in line
+    assert "MiB needed" in line and "a file-size limit (ulimit -f)" in line
     status = status_of(folder)
     assert status["status"] == "failed" and "no room to write" in status["error"]
     assert not list(folder.rglob("*.tmp"))
@@ -231,8 +256,8 @@ def test_a_full_disk_keeps_the_last_good_checkpoint(corpus, tmp_path, small_disk
     env = {**os.environ, "POSLAB_CACHE": str(cache)}
     result = subprocess.run(train_argv(corpus, folder), cwd=tmp_path, capture_output=True,
                             text=True, timeout=300, env=env)  # fmt: skip
-    line = one_error_line(result)
-    assert "no room to write" in line and "the last good checkpoint" in line
+    line = last_error_line(result)
+    assert "no room to write" in line and "MiB free on its disk" in line
     assert "is intact; then resume with: python train.py resume=" in line
     assert status_of(folder)["status"] == "failed"
     assert not list(folder.rglob("*.tmp"))
@@ -253,6 +278,12 @@ def test_a_read_only_place_is_one_line(corpus, tmp_path):
                                 capture_output=True, text=True, timeout=300)  # fmt: skip
         line = one_error_line(result)
         assert f"cannot write {ro / 'run'}" in line and "Read-only file system" in line
+        # a read-only token cache (found while the data is read: the run folder is removed)
+        env = {**os.environ, "POSLAB_CACHE": str(ro / "cache")}
+        result = subprocess.run(train_argv(corpus, tmp_path / "r2"), cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert f"cannot write {ro / 'cache'}" in one_error_line(result)
+        assert not (tmp_path / "r2").exists()
         env = {**os.environ, "HOME": str(ro), "WANDB_MODE": "offline"}
         folder = tmp_path / "wandb_run"
         started = time.time()
@@ -260,10 +291,15 @@ def test_a_read_only_place_is_one_line(corpus, tmp_path):
             train_argv(corpus, folder, "logger=wandb", "trainer.max_steps=10"), cwd=tmp_path,
             capture_output=True, text=True, timeout=300, env=env,
         )  # fmt: skip
-        assert result.returncode == 0 or "error: " in result.stderr.strip().splitlines()[-1]
-        assert "Traceback" not in result.stderr, result.stderr[-3000:]
-        if result.returncode == 0:  # W&B kept its files in the run folder instead
-            assert json.loads((folder / "status.json").read_text())["status"] == "completed"
+        assert result.returncode == 0, result.stderr[-3000:]  # it used to fail after the run
+        assert "W&B cannot write" in result.stdout + result.stderr
+        assert json.loads((folder / "status.json").read_text())["status"] == "completed"
+        # eval.py with a read-only out_dir
+        result = subprocess.run(
+            [sys.executable, str(REPO / "eval.py"), f"run={folder}", f"out_dir={ro / 'eval'}"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert f"cannot write {ro / 'eval'}" in one_error_line(result)
         assert time.time() - started < 240
     finally:
         subprocess.run(["umount", "-l", str(ro)], capture_output=True)

@@ -13,6 +13,7 @@ same optimizer steps). Digests are exact (SHA-256 of the raw bytes), so "identic
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -116,10 +117,12 @@ def write_atomically(path: Path, data: bytes) -> None:
     except OSError as err:
         if err.errno not in NO_SPACE_ERRNOS:
             raise
-        free = shutil.disk_usage(path.parent).free
+        if err.errno == errno.EFBIG:  # a file-size limit, not the disk: its free space misleads
+            room = f"{err.strerror}: a file-size limit (ulimit -f) is below it"
+        else:
+            room = f"{_mib(shutil.disk_usage(path.parent).free)} free on its disk"
         raise DiskFull(
-            f"no room to write {path} ({_mib(len(data))} needed, {_mib(free)} free on its disk"
-            f"{'' if err.errno == 28 else f'; {err.strerror}'}); free some space"
+            f"no room to write {path} ({_mib(len(data))} needed, {room}); free some space"
         ) from None
     finally:
         tmp.unlink(missing_ok=True)

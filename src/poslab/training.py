@@ -60,6 +60,38 @@ def wandb_offline(setting: bool | None) -> bool:
     return not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"))
 
 
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".poslab-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def keep_wandb_files_writable(out: Path) -> None:
+    """W&B keeps staging, cache and settings files under HOME (WANDB_DATA_DIR, WANDB_CACHE_DIR,
+    WANDB_CONFIG_DIR); where HOME is read-only it failed only after the whole run, when it
+    staged the results table. Such a folder is replaced by one in the run folder, with a
+    warning, before W&B starts."""
+    import wandb.env
+
+    defaults = {
+        "WANDB_DATA_DIR": wandb.env.get_data_dir(),
+        "WANDB_CACHE_DIR": wandb.env.get_cache_dir(),
+        "WANDB_CONFIG_DIR": os.environ.get("WANDB_CONFIG_DIR", "~/.config/wandb"),
+    }
+    for var, default in defaults.items():
+        folder = Path(default).expanduser()
+        if not _writable(folder):
+            instead = out / "wandb" / var.removeprefix("WANDB_").lower()
+            os.environ[var] = str(instead)
+            log.warning("W&B cannot write %s; using %s instead (set %s to choose)", folder,
+                        instead, var)  # fmt: skip
+
+
 def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None) -> Any:
     """The configured Lightning logger (False for logger=none). For W&B the group is resolved
     here and written back into `config`, so checkpoints (and eval.py) know it; a resumed run
@@ -73,6 +105,7 @@ def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None)
         return instantiate_checked(logger_cfg, **kwargs)
     offline = wandb_offline(logger_cfg.pop("offline", None))
     timeout = float(logger_cfg.pop("init_timeout", 60))
+    keep_wandb_files_writable(out)
     logger_cfg["group"] = logger_cfg.get("group") or sweep_group() or config.get("run_name")
     config["logger"]["group"] = logger_cfg["group"]
     # each job of a sweep is its own W&B run; the resolved config arrives through the
