@@ -28,6 +28,10 @@ another measurement can hide in it.
 
 The report (machine, command, tables, and each target of the project checked as met/not met)
 is printed and written to `--out` (default docs/benchmarks.md; `--out ''` writes nothing).
+
+A bad option (an unknown model, scheme or kernel, a count below 1, a device this machine lacks, a
+scheme the kernel cannot serve, an --out that cannot be written) ends with one `error: ...` line
+on stderr and exit code 2 before any measurement.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -57,11 +61,16 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from poslab.build import build_model
-from poslab.data import TokenizedSplit
-from poslab.evaluation.perplexity import default_batch_tokens, score
+from poslab.build import build_model, build_scheme, gpt_config_of, instantiate_checked
+from poslab.errors import ConfigError, exit_on_config_error
+from poslab.evaluation.compare import OneLineParser, check_writable
 from poslab.model import GPT
 from poslab.precision import AUTOCAST_DTYPE, PRECISIONS, resolve_precision
+
+# poslab.data and poslab.evaluation.perplexity are imported where they are used: they import
+# Lightning (seconds), which a bad argument should not wait for
+if TYPE_CHECKING:
+    from poslab.data import TokenizedSplit
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -90,6 +99,11 @@ def available_schemes() -> list[str]:
     """The positional schemes of conf/pos (file stems), the reference `nope` first."""
     stems = sorted(p.stem for p in (CONF / "pos").glob("*.yaml"))
     return sorted(stems, key=lambda s: s != REFERENCE)
+
+
+def config_names(group: str) -> list[str]:
+    """The options of a config group: the file stems of conf/<group>/*.yaml."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
 def scheme_config(
@@ -138,41 +152,80 @@ class Options:
         return max(EVAL_FACTORS) * self.seq_len
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse `type`: a whole number ≥ `minimum` (else argparse's one-line error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be ≥ {minimum} (got {value})")
+        return value
+
+    return parse
+
+
+def device_arg(text: str) -> str:
+    """An argparse `type`: cpu, or a CUDA device this machine has (the timings and memory
+    measurements know these two)."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu or cuda") from None
+    if device.type == "cpu":
+        return text
+    if device.type != "cuda":
+        raise argparse.ArgumentTypeError(f"{text!r}: the benchmark runs on cpu or cuda (cuda:N)")
+    if not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: this machine has no CUDA GPU that torch can use; use --device cpu"
+        )
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}"
+        )
+    return text
+
+
 def parse_args(argv: list[str] | None = None) -> Options:
+    """The options of the command line; a bad value is one `error: ...` line (a ConfigError)."""
     defaults = Options()
-    p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    p = OneLineParser(
+        prog="scripts/benchmark.py",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", default=defaults.model, help="conf/model/<name>.yaml")
-    p.add_argument("--seq-len", type=int, default=defaults.seq_len, help="training length L")
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    p.add_argument("--vocab", type=int, default=defaults.vocab)
-    p.add_argument("--steps", type=int, default=defaults.steps, help="timed steps per round")
-    p.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed steps first")
-    p.add_argument("--rounds", type=int, default=defaults.rounds)
-    p.add_argument("--schemes", nargs="+", default=defaults.schemes, help="default: conf/pos")
+    positive = at_least(1)
+    p.add_argument("--model", default=defaults.model, choices=config_names("model"),
+                   help="conf/model/<name>.yaml")  # fmt: skip
+    p.add_argument("--seq-len", type=positive, default=defaults.seq_len, help="training length L")
+    p.add_argument("--batch-size", type=positive, default=defaults.batch_size)
+    p.add_argument("--vocab", type=positive, default=defaults.vocab)
+    p.add_argument("--steps", type=positive, default=defaults.steps, help="timed steps per round")
+    p.add_argument("--warmup", type=at_least(0), default=defaults.warmup,
+                   help="untimed steps first")  # fmt: skip
+    p.add_argument("--rounds", type=positive, default=defaults.rounds)
+    p.add_argument("--schemes", nargs="+", default=defaults.schemes, choices=available_schemes(),
+                   metavar="SCHEME", help="default: every scheme of conf/pos")  # fmt: skip
     p.add_argument("--precision", default=defaults.precision, choices=PRECISIONS)
-    p.add_argument(
-        "--attention", default=defaults.attention, help="conf/attention/<name>.yaml (all schemes)"
-    )
-    p.add_argument("--device", default=defaults.device)
+    p.add_argument("--attention", default=defaults.attention, choices=config_names("attention"),
+                   help="conf/attention/<name>.yaml (all schemes)")  # fmt: skip
+    p.add_argument("--device", type=device_arg, default=defaults.device, help="cpu or cuda[:N]")
     p.add_argument("--peer", action="store_true", help="also time x-transformers")
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd steps")
     p.add_argument("--out", default=defaults.out, help="Markdown report ('' = none)")
-    p.add_argument("--eval-batches", type=int, default=defaults.eval_batches)
+    p.add_argument("--eval-batches", type=positive, default=defaults.eval_batches)
     args = p.parse_args(argv)
-    unknown = sorted(set(args.schemes) - set(available_schemes()))
-    if unknown:
-        p.error(f"unknown schemes {unknown}; conf/pos has {available_schemes()}")
-    if min(args.steps, args.rounds, args.seq_len, args.batch_size, args.eval_batches) < 1:
-        p.error("--steps, --rounds, --seq-len, --batch-size and --eval-batches must be ≥ 1")
     return Options(
         model=args.model,
         seq_len=args.seq_len,
         batch_size=args.batch_size,
         vocab=args.vocab,
         steps=args.steps,
-        warmup=max(0, args.warmup),
+        warmup=args.warmup,
         rounds=args.rounds,
         schemes=list(dict.fromkeys(args.schemes)),
         precision=args.precision,
@@ -184,6 +237,34 @@ def parse_args(argv: list[str] | None = None) -> Options:
         eval_batches=args.eval_batches,
         command=command_line(argv),
     )
+
+
+def check_options(options: Options) -> None:
+    """What would fail part-way through the benchmark, found before any work: a scheme that the
+    attention kernel cannot serve or that cannot represent 16·L positions, a kernel that cannot
+    train on the device, a report path that cannot be written."""
+    on_gpu = torch.device(options.device).type == "cuda"
+    for scheme in options.schemes:
+        config = scheme_config(
+            options.model, scheme, options.seq_len, options.max_len, options.attention
+        )
+        try:
+            pos = build_scheme(config["pos"], gpt_config_of(config, options.vocab))
+            kernel = instantiate_checked(config["attention"])
+            kernel.check(pos, 0.0)  # dropout 0: scheme_config sets it
+            pos.check_length(options.max_len - 1)
+        except ConfigError as err:
+            raise ConfigError(
+                f"--schemes {scheme} with --attention {options.attention} (model "
+                f"{options.model}, L={options.seq_len}): {err}"
+            ) from None
+        if not kernel.trains_on_cpu and not on_gpu:
+            raise ConfigError(
+                f"--attention {options.attention} trains on CUDA GPUs only (no backward pass on "
+                "CPUs); use --attention sdpa (or auto), or --device cuda on a GPU machine"
+            )
+    if options.out:
+        check_writable(options.out, "--out", folder=False)
 
 
 def command_line(argv: list[str] | None) -> str:
@@ -429,6 +510,8 @@ class EvalJob:
         self.stat = Stat()
 
     def _score(self, split: TokenizedSplit) -> float:
+        from poslab.evaluation.perplexity import score
+
         self.model.eval()
         result = score(
             self.model,
@@ -441,6 +524,8 @@ class EvalJob:
         return result.tokens / result.seconds
 
     def warm_up(self, steps: int) -> None:
+        from poslab.data import TokenizedSplit
+
         if steps:  # one batch: kernel selection, allocator growth
             batch = max(1, default_batch_tokens(self.setup.device) // self.length)
             n = batch * self.length + 1
@@ -452,8 +537,17 @@ class EvalJob:
         self.stat.samples.append(self._score(self.split))
 
 
+def default_batch_tokens(device: torch.device) -> int:
+    """poslab.evaluation.perplexity's default tokens per evaluation batch (imported here)."""
+    from poslab.evaluation.perplexity import default_batch_tokens
+
+    return default_batch_tokens(device)
+
+
 def synthetic_split(num_tokens: int, vocab: int, seed: int = 0) -> TokenizedSplit:
     """Random token ids; every token one word and one byte (only the counts' shape matters)."""
+    from poslab.data import TokenizedSplit
+
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, vocab, num_tokens, dtype=np.int32)
     ones = np.ones(num_tokens, dtype=np.int32)
@@ -657,6 +751,7 @@ def serve_memory() -> None:
     """The loop of MemoryServer's process: one JSON spec per stdin line, one forked child per
     spec, one result line on stdout. The server itself never computes (so no thread pool exists
     when it forks)."""
+    import poslab.evaluation.perplexity  # noqa: F401  (the children evaluate; import it once)
     import poslab.lit  # noqa: F401  (the children's optimizer asks it; import it once here)
 
     for line in sys.stdin:
@@ -1202,11 +1297,13 @@ def render_markdown(report: Report, explain: bool = False) -> str:
     return "\n".join(lines)
 
 
+@exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
     if (sys.argv[1:] if argv is None else argv) == ["--memory-server"]:
         serve_memory()
         return
     options = parse_args(argv)
+    check_options(options)  # before any timing: a bad setting fails in a second, not minutes in
     logging.basicConfig(level=logging.WARNING)
     report = run_benchmark(options, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     print(render_markdown(report))

@@ -57,12 +57,13 @@ def wandb_run_ids(folder: Path) -> list[str]:
 
 
 def start_and_wait_for_checkpoint(
-    cmd: list[str], folder: Path, env: dict | None = None, until: Any = None
-) -> subprocess.Popen:
+    cmd: list[str], folder: Path, env: dict | None = None, until: Any = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen:  # fmt: skip
     """Start a training run and return once its first periodic checkpoint is on disk (or once
     `until()` is true)."""
     proc = subprocess.Popen(
-        cmd, cwd=folder.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cmd, cwd=cwd or folder.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     ckpt = folder / "checkpoints" / "last.ckpt"
@@ -202,7 +203,7 @@ def test_sigterm_to_a_sweep_names_the_jobs_that_did_not_run_and_resumes_them(cor
     cmd = [sys.executable, str(REPO / "train.py"), "-m", "pos=rope,alibi,nope",
            f"data.path={corpus}", *RESUMABLE, "logger=csv", f"hydra.sweep.dir={sweep}"]  # fmt: skip
     first = sweep / "0_rope-tiny-L16"
-    proc = start_and_wait_for_checkpoint(cmd, first)
+    proc = start_and_wait_for_checkpoint(cmd, first, cwd=tmp_path)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]

@@ -48,6 +48,7 @@ from torch import Tensor
 
 from poslab.attention import Blockwise
 from poslab.errors import ConfigError, exit_on_config_error
+from poslab.evaluation.compare import OneLineParser, check_writable
 from poslab.evaluation.report import line_styles
 
 matplotlib.use("Agg")  # files only; no display on servers
@@ -226,24 +227,52 @@ class UnsupportedLength(ConfigError):
 
 
 def checkpoint_path(path: str | Path) -> Path:
-    """A .ckpt file as given, or the best (else last) checkpoint of a run folder."""
-    from poslab.evaluation.run import checkpoint_of_run
-
+    """A .ckpt file as given, or the best (else last) checkpoint of a run folder (as
+    poslab.evaluation.run.checkpoint_of_run, whose module imports Lightning: seconds that a
+    mistyped path should not wait for)."""
     p = Path(path)
     if p.is_file():
         return p
     if p.is_dir():
-        try:
-            return checkpoint_of_run(p)
-        except ConfigError:
-            raise ConfigError(
-                f"run folder {p} has no checkpoints/best.ckpt or last.ckpt; pass a .ckpt file "
-                "or a run folder whose training saved a checkpoint"
-            ) from None
+        for name in ("best.ckpt", "last.ckpt"):
+            if (p / "checkpoints" / name).is_file():
+                return p / "checkpoints" / name
+        raise ConfigError(
+            f"run folder {p} has no checkpoints/best.ckpt or last.ckpt; pass a .ckpt file "
+            "or a run folder whose training saved a checkpoint"
+        )
     raise ConfigError(
         f"no such checkpoint or run folder: {p}; pass .ckpt files or run folders holding "
         "checkpoints/best.ckpt or last.ckpt"
     )
+
+
+def check_attention_input(path: str | Path, factor: float, data_path: str | None) -> None:
+    """What would stop the attention analysis of one checkpoint, found before any model runs
+    (and before the output folder is made): a checkpoint of a generated task (no corpus to run
+    on), windows too short to hold a query and a key, a corpus that is gone."""
+    from poslab.build import read_checkpoint
+
+    ckpt = checkpoint_path(path)
+    data = read_checkpoint(ckpt)["hyper_parameters"]["config"].get("data") or {}
+    if data.get("task"):
+        raise ConfigError(
+            f"{path} was trained on the generated task data={data.get('name')}, not on a text "
+            "corpus: the attention analysis runs a model on windows of its training corpus; pass "
+            "checkpoints trained on text (data=text, wikitext2 or wikitext103)"
+        )
+    train_length = int(data["seq_len"])
+    if round(factor * train_length) < 2:
+        raise ConfigError(
+            f"--factor {factor:g} × the training length {train_length} of {path} is fewer than "
+            "2 tokens, no window to measure; raise --factor"
+        )
+    stored = data.get("path")
+    if data_path is None and stored and not Path(str(stored)).expanduser().exists():
+        raise ConfigError(
+            f"{path} was trained on data.path={stored}, which does not exist any more; pass that "
+            "corpus with --data-path DIR"
+        )
 
 
 def scheme_name(config: dict[str, Any]) -> str:
@@ -348,6 +377,7 @@ def run_decay(out: Path, bases: list[float], head_dims: list[int], max_distance:
             at = {r["distance"]: r["bound"] for r in mine}
             near = [at[r] for r in (0, 16, 128, 1024, 16384) if r in at]
             spans = [(1, 16), (256, 1024), (max_distance // 2, max_distance)]
+            spans = [(lo, hi) for lo, hi in spans if any(lo <= r <= hi for r in at)]  # not empty
             means = [np.mean([b for r, b in at.items() if lo <= r <= hi]) for lo, hi in spans]
             spread = ", ".join(
                 f"{lo}–{hi}: {m:.2f}" for (lo, hi), m in zip(spans, means, strict=True)
@@ -482,7 +512,7 @@ def run_attention(
     data_path: str | None, block_size: int,
 ) -> list[dict]:  # fmt: skip
     for p in paths:  # every path checked before any model is run
-        checkpoint_path(p)
+        check_attention_input(p, factor, data_path)
     rows: list[dict] = []
     for p in paths:
         try:
@@ -603,6 +633,7 @@ def plot_theta(rows: list[dict], out: Path) -> Path:
 
 
 def save(fig: Any, rows: list[dict], out: Path, name: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)  # only now: a failed analysis leaves no empty folder
     if rows:
         write_csv(out / f"{name}.csv", rows)
     fig.savefig(out / f"{name}.png", dpi=DPI)
@@ -614,15 +645,12 @@ def save(fig: Any, rows: list[dict], out: Path, name: str) -> None:
 # the command line
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad arguments: one `error: ...` line and exit code 2, as every poslab entry point."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError(f"{message}; see python scripts/analysis.py --help")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Bad arguments: one `error: ...` line and exit code 2, as every poslab entry point."""
+    p = OneLineParser(
+        prog="scripts/analysis.py", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     p.add_argument("analysis", help=f"one of: {', '.join(ANALYSES)} (all: the first three)")
     p.add_argument("checkpoints", nargs="*", help="attention, theta: .ckpt files or run folders")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default: {DEFAULT_OUT}")
@@ -635,7 +663,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sin-distance", type=int, default=2048, help="sinusoidal (default 2048)")
     p.add_argument("--factor", type=float, default=4.0, help="attention: T = factor × L")
     p.add_argument("--windows", type=int, default=4, help="attention: windows of T tokens")
-    p.add_argument("--split", default="validation", help="attention: corpus split")
+    p.add_argument("--split", default="validation", choices=("train", "validation", "test"),
+                   help="attention: corpus split")  # fmt: skip
     p.add_argument("--data-path", default=None, help="attention: corpus, if not the stored one")
     p.add_argument("--block-size", type=int, default=1024, help="attention: query block")
     return p
@@ -663,10 +692,16 @@ def check_args(args: argparse.Namespace) -> None:
     for name, dims in (("--head-dims", args.head_dims), ("--d-models", args.d_models)):
         if any(d % 2 for d in dims):
             raise ConfigError(f"{name} must be even (pairs of dims), got {dims}")
-    if min(args.bases) <= 1:
-        raise ConfigError(f"--bases must be > 1 (got {args.bases})")
-    if args.factor <= 0:
-        raise ConfigError(f"--factor must be > 0 (got {args.factor})")
+    if not all(math.isfinite(b) and b > 1 for b in args.bases):
+        raise ConfigError(f"--bases must be finite and > 1 (got {args.bases})")
+    if not (math.isfinite(args.factor) and args.factor > 0):
+        raise ConfigError(f"--factor must be finite and > 0 (got {args.factor})")
+    if args.data_path is not None and not Path(args.data_path).expanduser().exists():
+        raise ConfigError(
+            f"--data-path {args.data_path} does not exist; pass the corpus folder the "
+            "checkpoints were trained on"
+        )
+    check_writable(args.out, "--out")
 
 
 @exit_on_config_error
@@ -675,9 +710,9 @@ def main(argv: list[str] | None = None) -> None:
     check_args(args)
     todo = WITHOUT_CHECKPOINTS if args.analysis == "all" else (args.analysis,)
     if args.analysis in WITH_CHECKPOINTS:
-        for p in args.checkpoints:  # before the output folder is made
+        for p in args.checkpoints:  # every path, before the first one is analysed
             checkpoint_path(p)
-    args.out.mkdir(parents=True, exist_ok=True)
+    # the output folder is made by the first analysis that writes (save)
     for name in todo:
         if name == "decay":
             run_decay(args.out, args.bases, args.head_dims, args.max_distance)

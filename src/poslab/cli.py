@@ -53,6 +53,8 @@ LOCK_FILE = ".lock"
 # nothing else has seen no work yet
 HYDRA_FILES = {".hydra", PENDING_CONFIG, LOCK_FILE, "train.log", "eval.log"}
 STATUS_FILE = "status.json"
+# what status.json says about the run's state (the rest are its metrics)
+STATUS_KEYS = {"status", "time", "phase", "step", "resume", "resumed_from", "error"}
 # the command line as the user typed it (before resume= rewrote it): sweeps print it back
 _ORIGINAL_ARGV: list[str] = []
 # the folder this job has taken (claim_run_folder); None while it may still be refused
@@ -290,7 +292,7 @@ def _failed(
     lock: RunLock | None,
 ) -> None:  # fmt: skip
     report(err)
-    if owns_folder and _claimed is None:
+    if owns_folder and _claimed is None and is_main_process():
         _undo_refused(folder, fresh, logs, lock)
         return
     _try(log_to_file, f"error: {err}")
@@ -368,8 +370,12 @@ def _interrupted(stop: RunInterrupted, folder: Path, owns_folder: bool, fresh: b
             done = "before training started" + (f" (last checkpoint {stop.saved})" if stop.saved
                                                  else "")  # fmt: skip
         line = f"stopped by {name} {done}; resume with: {resume}"
-        _try(write_status, folder, "interrupted", phase=stop.phase or "setup", step=stop.step,
-             resume=resume)  # fmt: skip
+        # the metrics the running status held (training's, when the evaluation was stopped)
+        prior = read_status(folder)
+        kept = {k: v for k, v in prior.items() if k not in STATUS_KEYS}
+        step = stop.step if stop.step is not None else prior.get("step")
+        _try(write_status, folder, "interrupted", **{**kept, "phase": stop.phase or "setup",
+             "step": step, "resume": resume})  # fmt: skip
     print(line, file=sys.stderr, flush=True)
     _try(log_to_file, line)
     if in_multirun():
@@ -386,8 +392,9 @@ def resume_command(out: Path) -> str:
 
 
 def _command(argv: list[str]) -> str:
-    script = Path(argv[0]).name if argv else "train.py"
-    return " ".join(["python", script, *map(shlex.quote, argv[1:])])
+    """The user's command again, as typed (the script path as given, so it runs from where they
+    ran it)."""
+    return " ".join(["python", *map(shlex.quote, argv or ["train.py"])])
 
 
 def _sweep_interrupted(signal_name: str) -> None:

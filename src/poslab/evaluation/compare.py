@@ -6,19 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from poslab.errors import ConfigError, exit_on_config_error
-from poslab.evaluation.report import (
-    fmt,
-    is_finite,
-    is_nonfinite,
-    load_rows,
-    markdown,
-    write_reports,
-)
-from poslab.evaluation.seeds import merge_seeds
+
+# poslab.evaluation.report and .seeds (matplotlib) are imported where they are used: the
+# command-line helpers below serve scripts whose bad arguments should not wait for them
 
 log = logging.getLogger(__name__)
 RESULT = "extrapolation/extrapolation.json"
@@ -97,16 +93,17 @@ def run_options(run: Path) -> dict[str, Any] | None:
     return {k: v for k, v in flat(config).items() if not k.startswith(NOT_SETTINGS)}
 
 
-def label_rows(results: list[Path]) -> list[dict]:
+def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
     """All rows, with `scheme` made unique per configuration when two runs share a scheme name:
     by the training options in which those runs differ (`rope [pos.base=100]`), else by run
     folder (sweep/folder where two sweeps' jobs share a folder name). Runs that differ only in
-    `seed` are one configuration: merged into mean ± sd rows (poslab.evaluation.seeds)."""
+    `seed` are one configuration: merged into mean ± sd rows (poslab.evaluation.seeds).
+    `for_report`: every row is checked for what the report reads too (read_result)."""
     runs = [path.parent.parent for path in results]
     folder_names = [r.name for r in runs]
     folders = [r.name if folder_names.count(r.name) == 1 else f"{r.parent.name}/{r.name}"
                for r in runs]  # fmt: skip
-    rows_of = [read_result(path) for path in results]
+    rows_of = [read_result(path, for_report) for path in results]
     # runs of one scheme on different tasks are not twins: their rows never share a table
     schemes = [(rows[0]["scheme"], rows[0].get("task")) if rows else None for rows in rows_of]
     labels: list[str | None] = [None] * len(runs)
@@ -139,6 +136,8 @@ def label_rows(results: list[Path]) -> list[dict]:
         if rows:
             name = f"{rows[0]['scheme']} [{label}]" if label else rows[0]["scheme"]
             configurations.setdefault((name, rows[0].get("task")), []).append((seed, rows))
+    from poslab.evaluation.seeds import merge_seeds
+
     merged = []
     for (name, _), members in configurations.items():
         if len(members) > 1:
@@ -148,21 +147,74 @@ def label_rows(results: list[Path]) -> list[dict]:
     return merged
 
 
-def read_result(path: Path) -> list[dict]:
-    """The rows of one results file; a file that is not one is a ConfigError naming it."""
+# the fields every row needs; the report (tables, plots, shape checks) needs REPORT_FIELDS too
+ROW_FIELDS = ("scheme", "mode", "length", "status")
+REPORT_FIELDS = ("train_length", "split", "factor")
+# fields that, where a row has them, the report formats or plots as numbers
+NUMBER_FIELDS = (
+    "factor", "loss", "ppl", "word_ppl", "bits_per_byte", "accuracy", "token_accuracy",
+    "ratio", "loss_sd", "ppl_sd", "word_ppl_sd", "bits_per_byte_sd", "ratio_sd",
+)  # fmt: skip
+
+
+def row_problem(row: Any, fields: tuple[str, ...]) -> str | None:
+    """What is wrong with one result row (a hand-edited or truncated file), else None."""
+    if not isinstance(row, dict):
+        return f"is {type(row).__name__} {row!r:.40}, not an object of fields"
+    missing = [k for k in fields if k not in row]
+    if missing:
+        return f"has no {missing[0]!r} field"
+    for key in ("scheme", "mode", "status"):
+        if not isinstance(row[key], str):
+            return f"has {key}={row[key]!r}, not a string"
+    for key in ("length", "train_length"):
+        value = row.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"has {key}={value!r}, not a whole number of tokens ≥ 1"
+    for key in NUMBER_FIELDS:
+        value = row.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"has {key}={value!r}, not a number"
+    buckets = row.get("loss_by_position")
+    if buckets is not None and not (
+        isinstance(buckets, list)
+        and all(isinstance(b, list) and len(b) == 3 for b in buckets)
+        and all(isinstance(x, int | float) or x is None for b in buckets for x in b)
+    ):
+        return "has a loss_by_position that is not a list of [position, loss, count]"
+    return None
+
+
+def read_result(path: Path, for_report: bool = False) -> list[dict]:
+    """The rows of one results file; a file that is not one, or a row without the fields (and
+    types) the comparison reads (`for_report`: the report's too), is a ConfigError naming the
+    file and the row."""
     try:
-        rows = load_rows([path])
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
+        rows = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(f"{path} is not a results file ({err}); {WHAT_TO_PASS}") from None
-    if not all(isinstance(r, dict) and {"scheme", "mode", "length", "status"} <= r.keys()
-               for r in rows):  # fmt: skip
+    # not a list of rows at all (another JSON file): say so, not which field is missing
+    if not isinstance(rows, list) or (
+        rows and not any(isinstance(r, dict) and {"scheme", "mode"} <= r.keys() for r in rows)
+    ):
         raise ConfigError(f"{path} is not a results file (no result rows); {WHAT_TO_PASS}")
+    fields = ROW_FIELDS + REPORT_FIELDS if for_report else ROW_FIELDS
+    for i, row in enumerate(rows):
+        problem = row_problem(row, fields)
+        if problem:
+            scheme = f" ({row.get('scheme')}, {row.get('mode')})" if isinstance(row, dict) else ""
+            raise ConfigError(
+                f"{path}: row {i + 1} of {len(rows)}{scheme} {problem}; fix or delete that row, "
+                "or evaluate the run again (eval.py)"
+            )
     return rows
 
 
 def ratio(rows: list[dict], scheme: str, mode: str, factor: float) -> float | None:
     """ppl at `factor`× the training length over ppl at 1×, for one scheme (None if missing or
     non-finite); for rows merged over seeds, the mean of the seeds' own ratios."""
+    from poslab.evaluation.report import is_finite, is_nonfinite
+
     merged = [r.get("ratio") for r in rows if r["scheme"] == scheme and r["mode"] == mode
               and r.get("factor") == factor and r.get("n_seeds", 1) > 1]  # fmt: skip
     if merged and is_finite(merged[0]):
@@ -187,6 +239,8 @@ def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str 
     """Why `scheme` says nothing about the shape at `factor`× (it diverged, or its perplexity at
     1× is no better than a uniform guess over the vocabulary), else None. None as well when it
     was not evaluated at 1× and `factor`× (then there is no check at all)."""
+    from poslab.evaluation.report import is_finite, is_nonfinite
+
     at = {r["factor"]: r for r in rows if r["scheme"] == scheme and r["mode"] == mode}
     one, far = at.get(1.0), at.get(factor)
     if one is None or far is None or any(r["status"].startswith("skipped") for r in (one, far)):
@@ -213,6 +267,8 @@ def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str 
 def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float = 8.0) -> list[str]:
     """The ALiBi paper's shape at `factor`× the training length, one line per check: "- [x]"
     met, "- [ ]" not met, "- [n/a]" not applicable (a scheme it needs did not learn)."""
+    from poslab.evaluation.report import fmt
+
     schemes = ("sinusoidal", "rope", "alibi", "t5")
     r = {s: ratio(rows, s, mode, factor) for s in schemes}
     why = {s: not_learned(rows, s, mode, factor) for s in schemes}
@@ -272,11 +328,14 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     results = find_results(paths)
     if not results:
         raise ConfigError(f"no {RESULT} under {names}; {WHAT_TO_PASS}")
-    rows = label_rows(results)
+    rows = label_rows(results, for_report=True)
     if not rows:
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_writable(out, "--out")
+    from poslab.evaluation.report import is_nonfinite, markdown, write_reports
+
+    # write_reports makes `out` (and removes it again if a write fails)
     tasks = {r.get("task") for r in rows}
     if title is None:  # a table of task runs is one of accuracy, named by its task(s)
         named = ", ".join(sorted(t for t in tasks if t is not None))
@@ -302,6 +361,63 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     return rows
 
 
+def write_problem(folder: Path) -> str | None:
+    """Why no file can be created in the existing `folder` (a file created and removed at once:
+    permissions, a read-only or special file system, all answer), else None."""
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".poslab-write-check-")
+    except OSError as err:
+        return err.strerror or str(err)
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
+def check_writable(path: str | Path, option: str, folder: bool = True) -> None:
+    """A ConfigError (naming `option`) unless `path` can be written as a folder (`folder=False`:
+    as a file): it is one already, or the nearest folder above it that exists is one where this
+    process can create files. Nothing is left: the entry points make their output folders only
+    once they have something to write, so that a failure leaves nothing behind."""
+    path = Path(path)
+    kind = "folder" if folder else "file"
+    try:
+        if path.exists():
+            if path.is_dir() != folder:
+                what = "a folder" if path.is_dir() else "a file"
+                raise ConfigError(f"{option} {path} is {what}; pass the path of a {kind}")
+            problem = write_problem(path) if folder else None
+            if problem is None and (folder or os.access(path, os.W_OK)):
+                return
+            raise ConfigError(
+                f"{option} {path}: cannot write there ({problem or 'no write permission'}); "
+                f"pass a {kind} you can write"
+            )
+        above = path.absolute().parent
+        while not above.exists():  # exists() is False under a file too (ENOTDIR)
+            above = above.parent
+        if not above.is_dir():
+            raise ConfigError(
+                f"{option} {path}: {above} is a file, so no {kind} can be made under it; pass a "
+                "path outside it"
+            )
+        problem = write_problem(above)
+        if problem:
+            raise ConfigError(
+                f"{option} {path}: cannot create it, {above} is not writable ({problem}); pass "
+                f"a {kind} you can write"
+            )
+    except OSError as err:  # a permission error on the way up, a name too long, ...
+        raise ConfigError(f"{option} {path}: {err.strerror or err}; pass another path") from None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are a ConfigError, so that `exit_on_config_error` prints
+    them as one `error: ...` line with exit code 2 (argparse's own: usage + error, 2 lines)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{message}; see python {self.prog} --help")
+
+
 def default_out(paths: list[str]) -> Path:
     """<first path>/comparison (for a file: next to it)."""
     first = Path(paths[0])
@@ -310,7 +426,7 @@ def default_out(paths: list[str]) -> Path:
 
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineParser(prog="scripts/compare.py", description=__doc__)
     parser.add_argument("paths", nargs="+", help="run folders, sweep folders or result files")
     parser.add_argument(
         "--out", default=None, help="folder for comparison.{md,csv,json,png} "
