@@ -521,16 +521,17 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
     except ConfigError as err:  # raised again at the end of a sweep, or before Hydra started
         report(err)
         sys.exit(EXIT_BAD_INPUT)
-    except OSError as err:  # Hydra could not make or write the run folder
-        line = os_error_line(err)
-        if line is None or user_wants_traces:
-            raise
-        print(f"error: {line}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_BAD_INPUT)
     except (HydraException, OmegaConfBaseException) as err:
         if user_wants_traces:
             raise
         print(f"error: {_hydra_error_line(err)}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as err:  # Hydra could not make or write the run folder (after Hydra's
+        # own errors: its MissingConfigException is an IOError)
+        line = os_error_line(err)
+        if line is None or user_wants_traces:
+            raise
+        print(f"error: {line}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_INPUT)
     except ValueError as err:  # Hydra's own check of its flags (-m with --cfg) is a ValueError
         if user_wants_traces or "can be specified" not in str(err):

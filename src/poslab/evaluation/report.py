@@ -3,16 +3,23 @@
 Row statuses: "ok"; "skipped: <reason>" (a length the scheme cannot represent: a "—" cell, no
 point); "nonfinite" (the model diverged: loss/ppl are NaN or inf: a "nonfinite" cell, no point).
 A row of an older file that says "ok" but holds a non-finite value is treated as "nonfinite".
+
+The files of one evaluation are written all or none (`write_all_or_none`): a full disk or a kill
+leaves the previous set complete, never a truncated JSON beside an older table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import io
 import json
 import math
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import matplotlib
 import numpy as np
@@ -22,6 +29,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from poslab.errors import ConfigError  # noqa: E402
 
 CSV_FIELDS = [
     "scheme", "train_length", "mode", "split", "length", "factor", "status", "tokens", "loss",
@@ -322,8 +331,16 @@ def write_reports(
     position_rows: list[dict] | None = None,
 ) -> dict[str, Path]:
     """Write {stem}.json/.csv/.md, {stem}_ppl.png (ppl vs length, one line per `series_key`)
-    and {stem}_loss_by_position.png to `out`; returns the paths."""
-    out.mkdir(parents=True, exist_ok=True)
+    and {stem}_loss_by_position.png to `out`; returns the paths. All or none: every file is
+    rendered and written to a temporary first, and the set replaces the old one only once all
+    are on disk (see write_all_or_none); a folder this call created is removed on failure."""
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        if err.errno in NO_ROOM:
+            raise no_room_error(out, err) from None
+        raise
     paths = {
         "json": out / f"{stem}.json",
         "csv": out / f"{stem}.csv",
@@ -331,34 +348,135 @@ def write_reports(
         "ppl_plot": out / f"{stem}_ppl.png",
         "position_plot": out / f"{stem}_loss_by_position.png",
     }
-    paths["json"].write_text(json.dumps(rows, indent=1))
-    with paths["csv"].open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    paths["md"].write_text((text or markdown(rows, title, series_key)) + "\n")
-    if is_task(rows):  # accuracy, the condition heatmap, and the answer tokens' perplexity
-        paths["accuracy_plot"] = out / f"{stem}_accuracy.png"
-        save(accuracy_figure(rows, series_key, title), paths["accuracy_plot"])
-        heatmap = heatmap_figure(rows, series_key, title)
-        if heatmap is not None:
-            paths["heatmap"] = out / f"{stem}_heatmap.png"
-            save(heatmap, paths["heatmap"])
-        tasks = ", ".join(dict.fromkeys(r["task"] for r in rows if r.get("task")))
-        answer_title = f"{tasks}: answer perplexity" if tasks else "answer perplexity"
-        plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, answer_title)
-        del paths["position_plot"]  # no loss by position for answers
-        return paths
-    plot_ppl_vs_length(rows, paths["ppl_plot"], series_key, title)
-    if position_rows is None:
-        position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
-    plot_loss_vs_position(position_rows, paths["position_plot"], f"{title}: loss by position")
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    files: dict[Path, FileWriter] = {
+        paths["json"]: text_file(json.dumps(rows, indent=1)),
+        paths["csv"]: text_file(table.getvalue()),
+        paths["md"]: text_file((text or markdown(rows, title, series_key)) + "\n"),
+    }
+    figures: list[Figure] = []  # closed at the end, whatever happens
+
+    def plot(path: Path, fig: Figure) -> None:
+        figures.append(fig)
+        files[path] = png_file(fig)
+
+    try:
+        if is_task(rows):  # accuracy, the condition heatmap, and the answer tokens' perplexity
+            paths["accuracy_plot"] = out / f"{stem}_accuracy.png"
+            plot(paths["accuracy_plot"], accuracy_figure(rows, series_key, title))
+            heatmap = heatmap_figure(rows, series_key, title)
+            if heatmap is not None:
+                paths["heatmap"] = out / f"{stem}_heatmap.png"
+                plot(paths["heatmap"], heatmap)
+            tasks = ", ".join(dict.fromkeys(r["task"] for r in rows if r.get("task")))
+            answer_title = f"{tasks}: answer perplexity" if tasks else "answer perplexity"
+            plot(paths["ppl_plot"], ppl_figure(rows, series_key, answer_title))
+            del paths["position_plot"]  # no loss by position for answers
+        else:
+            plot(paths["ppl_plot"], ppl_figure(rows, series_key, title))
+            if position_rows is None:
+                position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
+            position_title = f"{title}: loss by position"
+            plot(paths["position_plot"], position_figure(position_rows, position_title))
+        write_all_or_none(files)
+    except BaseException:
+        if created:  # nothing of this call left behind (an empty folder included)
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    finally:
+        for fig in figures:
+            plt.close(fig)
     return paths
 
 
 def save(fig: Figure, path: Path) -> None:
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    """One PNG, written atomically (see write_all_or_none); closes the figure."""
+    try:
+        write_all_or_none({path: png_file(fig)})
+    finally:
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing a set of files all or none
+
+# the errnos of "no room to write": a full disk, a quota, a file-size limit (RLIMIT_FSIZE)
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+FileWriter = Callable[[IO[bytes]], None]  # writes one file's bytes to an open binary file
+
+
+def text_file(text: str) -> FileWriter:
+    data = text.encode()
+
+    def write(f: IO[bytes]) -> None:
+        f.write(data)
+
+    return write
+
+
+def png_file(fig: Figure) -> FileWriter:
+    # format= because a file object has no suffix to tell matplotlib
+    return lambda f: fig.savefig(f, dpi=120, format="png")
+
+
+def temporary_path(path: Path) -> Path:
+    """Where `path` is written before it replaces the old file: `.<name>.<pid>.tmp` in the same
+    folder, so the rename stays on one file system (and compare.py never reads it)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def no_room_error(path: Path, err: OSError) -> ConfigError:
+    return ConfigError(
+        f"cannot write {path}: the disk is full ({err.strerror or os.strerror(err.errno or 0)}); "
+        "the previous results are intact (nothing was replaced); free some space and run again"
+    )
+
+
+def write_all_or_none(files: dict[Path, FileWriter]) -> None:
+    """Write a set of files (the results of one evaluation) so that readers see the whole old
+    set or the whole new one: each file goes to `temporary_path`, flushed and fsync'd, and only
+    once every one of them is on disk are they renamed over the old files (os.replace, atomic
+    per file). A failure while writing (a full disk, a permission, a kill by an exception)
+    removes the temporaries and leaves the previous files untouched; no room to write is a
+    ConfigError naming the path. (The renames themselves only fail if the folder is removed
+    under us; then the temporaries are removed too.)"""
+    temporaries: list[tuple[Path, Path]] = []
+    path: Path | None = None
+    try:
+        for path, write in files.items():
+            tmp = temporary_path(path)
+            temporaries.append((tmp, path))
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename: a crash never shows an empty file
+        for tmp, path in temporaries:
+            os.replace(tmp, path)
+    except BaseException as err:
+        for tmp, _ in temporaries:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in NO_ROOM and path is not None:
+            raise no_room_error(path, err) from None
+        raise
+    for folder in {p.parent for p in files}:
+        sync_folder(folder)
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync a folder, so the renames in it survive a crash (best effort: not every file
+    system lets a folder be opened)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def markdown(rows: list[dict], title: str, row_key: str) -> str:

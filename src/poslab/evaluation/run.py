@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from poslab.build import load_checkpoint, read_checkpoint
 from poslab.data import EOS, TokenCache
 from poslab.errors import ConfigError
 from poslab.evaluation.perplexity import score
-from poslab.evaluation.report import markdown, metric_name, write_reports
+from poslab.evaluation.report import NO_ROOM, markdown, metric_name, no_room_error, write_reports
 from poslab.positions import eval_overrides, eval_variant_label
 from poslab.precision import AUTOCAST_DTYPE, resolve_precision
 from poslab.validate import check_eval_config, eval_lengths, max_tokens_setting, require
@@ -211,10 +214,20 @@ def report_rows(
     rows: list[dict], title: str, ckpt: str | Path, out_dir: str | Path | None, eval_cfg: Any,
     wandb_run: Any,
 ) -> list[dict]:  # fmt: skip
-    """Write an evaluation's rows to <out>/extrapolation/ (the run folder by default), print
-    its table, log it to W&B when asked; returns the rows."""
-    out = Path(out_dir) if out_dir else default_out_dir(ckpt)
-    paths = write_reports(rows, out / "extrapolation", title, series_key="mode")
+    """Write an evaluation's rows to <out_dir>/extrapolation/ (after training: the run folder),
+    print its table, log it to W&B when asked; returns the rows. Without out_dir (eval.py) the
+    files go to a folder of the checkpoint's run that holds no results yet (results_folder)."""
+    if out_dir:
+        out, claimed = Path(out_dir) / "extrapolation", False
+    else:
+        out, claimed = results_folder(default_out_dir(ckpt), rows)
+    try:
+        paths = write_reports(rows, out, title, series_key="mode")
+    except BaseException:
+        if claimed:  # the new folder stays only with a complete set of results in it
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
     print(markdown(rows, title, "mode"), flush=True)
     print(f"\nwrote {', '.join(str(p) for p in paths.values())}", flush=True)
     if wandb_run is not None and eval_cfg.log_wandb:
@@ -226,6 +239,60 @@ def default_out_dir(ckpt: str | Path) -> Path:
     """The run folder of a checkpoint in <run>/checkpoints/, else the checkpoint's own folder."""
     parent = Path(ckpt).resolve().parent
     return parent.parent if parent.name == "checkpoints" else parent
+
+
+def folder_slug(text: str, limit: int = 48) -> str:
+    """`text` as part of a folder name: `yarn s=auto` -> `yarn-s-auto`."""
+    return re.sub(r"[^A-Za-z0-9._]+", "-", text).strip("-._")[:limit].rstrip("-._")
+
+
+def claim_folder(folder: Path) -> bool:
+    """Create `folder`; False if it exists. No room or no permission: one line (ConfigError)."""
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        return False
+    except OSError as err:
+        if err.errno in NO_ROOM:
+            raise no_room_error(folder, err) from None
+        if isinstance(err, PermissionError):
+            raise ConfigError(
+                f"cannot create {folder}: permission denied; pass out_dir=FOLDER (a folder you "
+                "can write to)"
+            ) from None
+        raise
+    return True
+
+
+def results_folder(run: Path, rows: list[dict]) -> tuple[Path, bool]:
+    """Where eval.py without out_dir writes, and whether this call created (claimed) it.
+
+    The run's `extrapolation/` while it holds nothing (a run evaluated for the first time, e.g.
+    one trained with eval.after_train=false or stopped before its evaluation), so compare.py
+    finds it as the run's result. Otherwise a new `extrapolation-<time>[-<variant>]/` beside
+    it: a re-evaluation (another eval.rope_scaling.kind, another split, ...) never replaces the
+    after-training table. compare.py's find_results reads only `extrapolation/extrapolation.json`
+    (a folder named exactly `extrapolation`), so the new folder adds no row to a comparison of
+    the run or its sweep and never poses as another seed of it. Says where the files go."""
+    first = run / "extrapolation"
+    if claim_folder(first):
+        return first, True
+    if first.is_dir() and not any(first.iterdir()):
+        return first, False
+    variant = folder_slug(str(rows[0].get("variant") or "")) if rows else ""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    base = f"extrapolation-{stamp}-{variant}" if variant else f"extrapolation-{stamp}"
+    for n in range(1, 1000):
+        folder = run / (base if n == 1 else f"{base}-{n}")
+        if not claim_folder(folder):  # a second eval.py in the same second takes the next name
+            continue
+        print(
+            f"{first} already holds results (kept as they are); this evaluation goes to {folder} "
+            "(out_dir=FOLDER writes to FOLDER/extrapolation/ instead)",
+            flush=True,
+        )
+        return folder, True
+    raise ConfigError(f"{run} has no free name for a new results folder ({base}-N); pass out_dir=")
 
 
 def log_to_wandb(run: Any, rows: list[dict], paths: dict[str, Path]) -> None:
@@ -264,6 +331,12 @@ def run_eval(cfg: DictConfig) -> list[dict]:
     # a missing or foreign file, or an eval-time variant the scheme cannot take: one clear line
     # before anything starts (no W&B run for a command that cannot run)
     trained = read_checkpoint(ckpt)["hyper_parameters"]["config"]
+    if "task" in trained["data"]:  # scored per example: the corpus options would be ignored
+        from poslab.evaluation.tasks import corpus_options_set, task_options_error
+
+        unused = corpus_options_set(cfg.eval)
+        if unused:
+            raise ConfigError(task_options_error(ckpt, trained, unused))
     train_length = int(trained["data"]["seq_len"])
     for length in eval_lengths(cfg.eval, train_length):
         eval_overrides(cfg.eval, trained["pos"], length, train_length)

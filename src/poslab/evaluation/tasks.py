@@ -6,6 +6,12 @@ ones) are scored in one forward pass each: the exact match of the answer (the ar
 answer position right), the per-token accuracy, and the answer tokens' perplexity. The rows go
 through the perplexity evaluation's reports (JSON/CSV/Markdown/PNG, W&B); the plots show accuracy
 against length, and a condition × length heatmap.
+
+The options of a corpus evaluation (eval.modes, .stride, .split, .position_offset, .max_tokens,
+.bucket_size) do not apply: there are no windows over a split, every example is scored whole
+from position 0. eval.py refuses them for a task checkpoint (`corpus_options_set`); the
+evaluation after training, which shares the run's eval block with corpus runs, says it ignores
+them.
 """
 
 from __future__ import annotations
@@ -129,10 +135,39 @@ def evaluate_task(
     return rows
 
 
+def corpus_options_set(eval_cfg: Any) -> list[str]:
+    """The corpus-only eval options (see the module doc) set to something a task's evaluation
+    would silently ignore, as `key=value` (eval.py's defaults, and after training's
+    max_tokens=auto, are not listed)."""
+    modes = list(eval_cfg.modes or [])
+    found = [f"eval.modes=[{','.join(map(str, modes))}]"] if modes != ["nonoverlapping"] else []
+    for key, unused in (
+        ("stride", None), ("bucket_size", None), ("position_offset", 0), ("split", "validation")
+    ):  # fmt: skip
+        if eval_cfg.get(key, unused) != unused:
+            found.append(f"eval.{key}={eval_cfg[key]}")
+    if eval_cfg.get("max_tokens") not in (None, "auto"):
+        found.append(f"eval.max_tokens={eval_cfg.max_tokens}")
+    return found
+
+
+def task_options_error(ckpt: str | Path, trained: dict, unused: list[str]) -> str:
+    name = trained["data"].get("name") or "a task"
+    return (
+        f"{', '.join(unused)}: {ckpt} was trained on a generated task (data={name}), which is "
+        "scored on fresh examples (eval.task_examples per length), each in one forward pass from "
+        "position 0, not by windows over a corpus split; leave "
+        f"{'this option' if len(unused) == 1 else 'these options'} out"
+    )
+
+
 def evaluate_task_checkpoint(
     ckpt: str | Path, eval_cfg: Any, trained: dict, out_dir: str | Path | None, wandb_run: Any
 ) -> list[dict]:
     """evaluate_checkpoint for a checkpoint trained on a generated task."""
+    unused = corpus_options_set(eval_cfg)
+    if unused:  # eval.py refused them; after training the run's eval block is shared with corpora
+        log.info("not used by a task's evaluation: %s", ", ".join(unused))
     train_length = int(trained["data"]["seq_len"])
     lengths = eval_lengths(eval_cfg, train_length)
     model_at, config = models_by_length(ckpt, eval_cfg, trained, lengths)
