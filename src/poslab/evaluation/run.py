@@ -356,13 +356,14 @@ def start_eval_wandb_run(ckpt: Path, cfg: DictConfig) -> Any:
     """A W&B run of job_type=eval in the training run's group (None if it used no W&B)."""
     import wandb
 
-    from poslab.training import wandb_offline
+    from poslab.training import keep_wandb_files_writable, wandb_offline
 
     config = read_checkpoint(ckpt)["hyper_parameters"]["config"]
     logger = config.get("logger") or {}
     if not str(logger.get("_target_", "")).endswith("WandbLogger"):
         return None
     out = default_out_dir(ckpt) if not cfg.out_dir else Path(cfg.out_dir)
+    keep_wandb_files_writable(out)  # a read-only HOME: W&B's files go to the run folder
     return wandb.init(
         project=logger.get("project", "poslab"),
         group=logger.get("group"),
