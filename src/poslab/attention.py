@@ -32,6 +32,7 @@ from torch import Tensor
 
 from poslab.errors import ConfigError
 from poslab.precision import compute_dtype
+from poslab.validate import number, require
 
 KERNELS = ("auto", "sdpa", "blockwise", "flex", "linear")
 NEEDS = ("nothing", "bias", "scores")  # what a scheme may need (positions/base.py)
@@ -236,9 +237,11 @@ class SDPA(AttentionKernel):
     name = "sdpa"
     serves = ("nothing", "bias")
 
-    def __init__(self, block_size: int = 1024, full_bias_mib: int = 256) -> None:
+    def __init__(self, block_size: int = 1024, full_bias_mib: float = 256) -> None:
         super().__init__(block_size)
-        self.full_bias_bytes = int(full_bias_mib) * 2**20
+        # a size in MiB: 0 builds the bias per block always; a negative size means nothing
+        require("attention.full_bias_mib", full_bias_mib, number(ge=0))
+        self.full_bias_bytes = int(full_bias_mib * 2**20)
 
     def _bias(self, pos: Any, prepared: Any, dtype: torch.dtype, layer: int) -> CausalBias:
         return CausalBias(
@@ -323,8 +326,9 @@ class Auto(AttentionKernel):
     name = "auto"
     serves = NEEDS
 
-    def __init__(self, block_size: int = 1024, full_bias_mib: int = 256) -> None:
+    def __init__(self, block_size: int = 1024, full_bias_mib: float = 256) -> None:
         super().__init__(block_size)
+        require("attention.full_bias_mib", full_bias_mib, number(ge=0))  # now, not at check()
         self.options = {"block_size": block_size, "full_bias_mib": full_bias_mib}
         self.chosen: AttentionKernel | None = None
 

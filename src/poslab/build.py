@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -172,18 +173,86 @@ def _probe(scheme: Any, seq_len: int) -> list[Any]:
 
 def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
     """The raw checkpoint dict (tensors and plain types only: weights_only=True), checked to be
-    one that training wrote."""
+    one that training wrote. Whatever stops that is one line saying what the file is and what
+    to do (pass another file, delete a broken one)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"checkpoint {path} does not exist; pass ckpt=PATH or run=RUN_DIR")
+        raise ConfigError(_not_a_checkpoint_file(path))
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:
-        raise ConfigError(f"cannot read {path} as a checkpoint ({type(err).__name__})") from None
+    except PermissionError as err:
+        raise ConfigError(
+            f"cannot read checkpoint {path} ({err.strerror or err}); fix its permissions or "
+            "pass another checkpoint"
+        ) from None
+    except Exception as err:  # torch reports a damaged archive as OSError, RuntimeError, ...
+        raise ConfigError(_unreadable_checkpoint(path, err)) from None
     hparams = ckpt.get("hyper_parameters", {}) if isinstance(ckpt, dict) else {}
-    if "config" not in hparams or "vocab_size" not in hparams:
-        raise ConfigError(f"{path} is not a poslab checkpoint (no stored run config)")
+    if "config" not in hparams or "vocab_size" not in hparams or "state_dict" not in ckpt:
+        raise ConfigError(
+            f"{path} is not a poslab checkpoint (no stored run config and weights); pass a "
+            ".ckpt file that train.py wrote"
+        )
     return ckpt
+
+
+def _not_a_checkpoint_file(path: Path) -> str:
+    """Why `path`, which is no file, cannot be read as a checkpoint, and what to pass instead."""
+    if path.is_dir():
+        # a run folder (or its checkpoints/ folder) is what run= takes
+        run = path if (path / "checkpoints").is_dir() else None
+        run = path.parent if path.name == "checkpoints" else run
+        found = sorted(path.glob("*.ckpt")) or sorted(path.glob("checkpoints/*.ckpt"))
+        example = f" such as ckpt={found[0]}" if found else ""
+        instead = f", or run={run} for its best checkpoint" if run is not None else ""
+        return f"checkpoint {path} is a directory; pass a .ckpt file{example}{instead}"
+    if path.is_symlink() and not path.exists():
+        return (
+            f"checkpoint {path} is a broken symlink to {os.readlink(path)}; pass a .ckpt file "
+            "that exists"
+        )
+    if path.exists():
+        return f"checkpoint {path} is a device, pipe or socket, not a file; pass a .ckpt file"
+    return f"checkpoint {path} does not exist; pass ckpt=PATH or run=RUN_DIR"
+
+
+# torch.save writes a zip archive; a file that does not start like one was never a checkpoint
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _unreadable_checkpoint(path: Path, err: Exception) -> str:
+    """The one line for a file torch.load refused: a checkpoint cut short or damaged (what to
+    do instead), one holding more than tensors, or a file that is no checkpoint at all."""
+    with open(path, "rb") as f:
+        zipped = f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+    if not zipped:  # torch's own message (a pickle error) says nothing useful here
+        if path.suffix not in (".ckpt", ".pt", ".pth"):
+            return (
+                f"cannot read {path} as a checkpoint: it is no file torch.save wrote (not a zip "
+                "archive); pass a .ckpt file that train.py wrote"
+            )
+        detail = "it is not a zip archive, as torch.save writes"
+    elif "Weights only load failed" in str(err):
+        return (
+            f"{path} holds objects other than tensors and plain values, so it is no checkpoint "
+            "poslab wrote (those are never unpickled); pass a .ckpt file that train.py wrote"
+        )
+    else:  # torch's first sentence: "PytorchStreamReader failed reading zip archive: ..."
+        first = str(err).strip().split(". ")[0].splitlines()
+        detail = first[0][:150] if first else type(err).__name__
+    return f"checkpoint {path} is corrupt or incomplete ({detail}); {_corrupt_advice(path)}"
+
+
+def _corrupt_advice(path: Path) -> str:
+    """What to do with a damaged checkpoint: in a run's checkpoints/ folder, the newest other
+    checkpoint of the run (elsewhere the files beside it need not be related)."""
+    if path.parent.name != "checkpoints":
+        return "copy it again from where it came from, or pass another checkpoint"
+    others = [p for p in path.parent.glob("*.ckpt") if p.is_file() and p != path]
+    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    if others:  # resume=FILE continues from it, ckpt=FILE evaluates it
+        return f"delete it and pass the checkpoint beside it instead: {others[0]}"
+    return "delete it and train the run again (no other checkpoint of the run is left)"
 
 
 def load_checkpoint(

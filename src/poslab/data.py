@@ -54,6 +54,7 @@ SPLIT_FILES = {
     "test": ("test.txt", "wiki.test.tokens"),
 }
 TOKENIZERS = ("word", "bpe")
+BPE_MIN_VOCAB = 257  # byte-level BPE's initial alphabet (256 bytes) and <eos>
 CACHE_VERSION = 4  # 3: word vocabularies renumbered without holes; 4: meta.json has "inputs"
 
 
@@ -95,23 +96,52 @@ def local_split_files(path: str | Path) -> dict[str, str]:
     """Map split -> file in a local folder; `path` may also be a single text file (train only)."""
     root = Path(path).expanduser()
     if not root.exists():
+        problem = _not_a_text_file(root)
+        if problem:  # a broken symlink: "does not exist" would hide where it points
+            raise ConfigError(f"data.path={problem}; point it at a folder of split files")
         raise ConfigError(f"data.path={path} does not exist; point it at a folder of split files")
     if root.is_file():
         return {"train": str(root)}
+    if not root.is_dir():
+        raise ConfigError(
+            f"data.path={_not_a_text_file(root)}; point it at a folder of split files"
+        )
     files = {}
     for split, names in SPLIT_FILES.items():
+        odd = None  # the first name that is there but is no file (a folder, a broken link)
         for name in names:
             if (root / name).is_file():
                 files[split] = str(root / name)
                 break
+            odd = odd or _not_a_text_file(root / name)
+        if split not in files and odd:
+            # said as it is: "has no validation split; add valid.txt" would mislead
+            raise ConfigError(
+                f"data.path={path}: {odd}; replace it with the {split} split's text file"
+            )
     if "train" not in files:
         raise ConfigError(
             f"data.path={path} has no train split; expected one of {SPLIT_FILES['train']}"
         )
     for split, file in files.items():
         if os.path.getsize(file) == 0:
-            raise ConfigError(f"data.path={path}: the {split} file {file} is empty")
+            raise ConfigError(
+                f"data.path={path}: the {split} file {file} is empty; give it the {split} "
+                "split's text"
+            )
     return files
+
+
+def _not_a_text_file(path: Path) -> str | None:
+    """What `path` is when a name is there but no file can be read through it (a folder, a
+    broken symlink, a device); None for a file or nothing at all."""
+    if path.is_file() or not os.path.lexists(path):
+        return None
+    if path.is_symlink() and not path.exists():
+        return f"{path} is a broken symlink to {os.readlink(path)}"
+    if path.is_dir():
+        return f"{path} is a directory, not a text file"
+    return f"{path} is a device, pipe or socket, not a text file"
 
 
 # Files are read in chunks of this size when they are checked and hashed: measured fastest for
@@ -402,6 +432,20 @@ def _exclusive_lock(path: Path, what: object) -> Iterator[None]:
         yield  # closing the file releases the lock
 
 
+def _check_cache_dir(cache_dir: str) -> None:
+    """The cache folder, or the nearest of its parents that exists, must be a folder: a file
+    there would fail deep in the build with NotADirectoryError."""
+    folder = Path(cache_dir).expanduser()
+    while not os.path.lexists(folder) and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        what = "a broken symlink" if folder.is_symlink() and not folder.exists() else "a file"
+        raise ConfigError(
+            f"data.cache_dir={cache_dir}: {folder} is {what}, not a folder; point data.cache_dir "
+            "(or POSLAB_CACHE) at a folder"
+        )
+
+
 def _source_identity(hub_id: str | None, hub_config: str | None, path: str | None) -> dict:
     if path is None:
         return {"hub_id": hub_id, "hub_config": hub_config}
@@ -428,6 +472,14 @@ class TokenCache:
     ) -> None:
         if tokenizer not in TOKENIZERS:
             raise ConfigError(f"data.tokenizer={tokenizer!r}; choose one of {TOKENIZERS}")
+        if tokenizer == "bpe" and vocab_size is not None and vocab_size < BPE_MIN_VOCAB:
+            # the trainer would silently keep its whole byte alphabet: another vocabulary size
+            raise ConfigError(
+                f"data.vocab_size={vocab_size} is below the {BPE_MIN_VOCAB} tokens byte-level "
+                f"BPE starts from (256 bytes and {EOS}); set data.vocab_size ≥ {BPE_MIN_VOCAB} "
+                "(e.g. 8192)"
+            )
+        _check_cache_dir(cache_dir)
         self.settings = dict(
             hub_id=hub_id,
             hub_config=hub_config,
@@ -621,6 +673,17 @@ class TokenWindows(Dataset):
         return chunk[:-1], chunk[1:]
 
 
+def _split_source(meta: dict, split: str) -> tuple[str, str]:
+    """(where a split's tokens come from, how to give it more) for an error message."""
+    settings = meta.get("settings", {})
+    file = meta.get("inputs", {}).get("files", {}).get(split)
+    fraction = settings.get("valid_fraction")
+    if split == "validation" and fraction and not file:  # held out from the end of train
+        return f"the last data.valid_fraction={fraction} of train", "raise data.valid_fraction"
+    source = file["path"] if file else str(settings.get("path") or settings.get("hub_id"))
+    return source, f"give the {split} split more text"
+
+
 class LMDataModule(L.LightningDataModule):
     """Train/validation windows of `seq_len` tokens from a cached, tokenized corpus; the corpus
     and tokenizer settings (`corpus`) are TokenCache's arguments."""
@@ -650,10 +713,26 @@ class LMDataModule(L.LightningDataModule):
 
     @property
     def vocab_size(self) -> int:
-        return int(self.cache.meta()["vocab_size"])
+        return int(self.meta()["vocab_size"])
+
+    def meta(self) -> dict:
+        """The token cache's meta.json (built first if need be), checked to give every split
+        the model trains or validates on at least one window of data.seq_len tokens: read
+        before the Trainer is built, so a short split fails before any work."""
+        meta = self.cache.meta()
+        for split in ("train", "validation"):
+            tokens = meta["splits"].get(split, {}).get("tokens")
+            if tokens is not None and tokens < self.seq_len + 1:  # input and shifted target
+                source, more = _split_source(meta, split)
+                raise ConfigError(
+                    f"the {split} split ({source}) has {tokens} tokens, fewer than the "
+                    f"data.seq_len={self.seq_len} + 1 of one window; lower data.seq_len to at "
+                    f"most {max(tokens - 1, 1)} or {more}"
+                )
+        return meta
 
     def prepare_data(self) -> None:
-        self.cache.meta()
+        self.meta()
 
     def setup(self, stage: str | None = None) -> None:
         self.train_set = TokenWindows(self.cache.split("train").ids, self.seq_len, "train")

@@ -90,6 +90,8 @@ def eval_overrides(
     """The scheme options an evaluation at `length` changes: eval.pos_overrides, plus the
     `scaling` option of the eval-time RoPE context extension with its factor for this length
     (left out where it is the identity: a factor of 1 for pi, ntk and yarn)."""
+    from hydra.utils import get_class
+
     from poslab.build import scheme_options
     from poslab.errors import ConfigError
     from poslab.positions.rope_scaling import RopeScaling, resolve_factor
@@ -99,11 +101,19 @@ def eval_overrides(
     options = eval_variant_options(eval_cfg)
     if options is None:
         return overrides
-    if "scaling" not in scheme_options(pos_cfg):
-        target = pos_cfg["_target_"].rsplit(".", 1)[-1]
+    scheme = get_class(pos_cfg["_target_"])
+    # a multi-axis rotary scheme (mrope, rope2d) inherits the option but refuses it: said here
+    # in the user's keys, not as the scheme's internal pos.scaling
+    multi_axis = "scaling" in scheme_options(pos_cfg) and not getattr(scheme, "eval_scaling", True)
+    if "scaling" not in scheme_options(pos_cfg) or multi_axis:
+        kind = options.get("kind", "none")
+        asked = [f"eval.rope_scaling.kind={kind}"] if kind != "none" else []
+        asked += ["eval.logn_scaling=true"] if options.get("logn") else []
+        why = ", whose rotary pairs each read one position axis" if multi_axis else ""
         raise ConfigError(
-            f"eval.rope_scaling and eval.logn_scaling act on rotary schemes (rope, xpos), not "
-            f"on {target}; set eval.rope_scaling.kind=none and eval.logn_scaling=false"
+            f"{' and '.join(asked)}: eval.rope_scaling and eval.logn_scaling act on rotary "
+            f"schemes (rope, xpos), not on {scheme.__name__}{why}; set "
+            "eval.rope_scaling.kind=none and eval.logn_scaling=false"
         )
     factor = resolve_factor(options.get("kind", "none"), options.get("factor", "auto"), length,
                             train_length)  # fmt: skip

@@ -13,6 +13,7 @@ frequency; everything else (pairing, fraction, learnable θ, the fp32 rotation) 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -29,16 +30,30 @@ class MultiAxisRotary(Rotary):
     """Rotary over positions with `axes` axes: pair i turns by positions[..., axis_of_pair[i]]
     times θ_i. Subclasses choose the axis and the frequency of every pair (`layout`)."""
 
+    eval_scaling = False  # eval.rope_scaling is defined for one position axis
+
     def __init__(self, d_model: int, n_head: int, axes: int = 2, **options: Any) -> None:
         require("pos.axes", axes, integer(1))
-        for key in ("randomize_max", "scaling"):
-            if options.get(key) is not None:
-                raise ConfigError(
-                    f"pos.{key} is not supported by a multi-axis rotary scheme; set it to null"
-                )
+        if options.get("randomize_max") is not None:
+            raise ConfigError(
+                "pos.randomize_max is not supported by a multi-axis rotary scheme; set it to null"
+            )
+        if options.get("scaling") is not None:  # only eval.rope_scaling sets pos.scaling
+            raise ConfigError(
+                "eval.rope_scaling and eval.logn_scaling (pos.scaling) act on 1-D rotary "
+                f"schemes (rope, xpos), not on {type(self).__name__}; set "
+                "eval.rope_scaling.kind=none and eval.logn_scaling=false"
+            )
         super().__init__(d_model, n_head, **options)
         self.position_axes = axes  # the model checks positions against it: (…, T, axes)
-        axis_of_pair, theta = self.layout(self.rotary_dims // 2, axes)
+        pairs = self.rotary_dims // 2
+        if axes > pairs:  # an axis without a rotary pair would be read by nothing
+            raise ConfigError(
+                f"pos.axes={axes} is more than the {pairs} rotary pairs of a head (head_dim × "
+                "pos.fraction / 2), and every axis needs one; lower pos.axes or raise "
+                "model.d_model / pos.fraction"
+            )
+        axis_of_pair, theta = self.layout(pairs, axes)
         self.register_buffer("axis_of_pair", axis_of_pair, persistent=False)
         self.set_theta(theta)
 
@@ -74,6 +89,11 @@ def sections_for(pairs: int, axes: int, sections: list[int] | None) -> list[int]
         if axes == 3 and pairs % 8 == 0:
             return [s * pairs // 64 for s in QWEN2_VL_SECTIONS]
         return [pairs // axes + (a < pairs % axes) for a in range(axes)]
+    if isinstance(sections, str) or not isinstance(sections, Sequence):
+        raise ConfigError(
+            f"pos.sections={sections} must be a list of {axes} integers ≥ 1 (one per axis, "
+            f"pos.axes={axes}), or null"
+        )
     sections = list(sections)
     if len(sections) != axes or not all(isinstance(s, int) and s >= 1 for s in sections):
         raise ConfigError(

@@ -67,6 +67,8 @@ THETA_PARAMS = ("raw", "log")
 
 
 class Rotary(PositionalScheme):
+    eval_scaling = True  # takes eval.rope_scaling / eval.logn_scaling (its `scaling` option)
+
     def __init__(
         self,
         d_model: int,

@@ -17,8 +17,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme, fp32_positions
 from poslab.validate import integer, require
+
+
+def _even(value: int | None) -> str | None:
+    if value is None or value % 2 == 0:
+        return None
+    return "must be even (d'/2 pairs of sinusoids), e.g. the model width"
 
 
 class Sandwich(PositionalScheme):
@@ -27,6 +34,13 @@ class Sandwich(PositionalScheme):
     def __init__(self, d_model: int, n_head: int, dim: int | None = None, **common: Any) -> None:
         super().__init__(d_model, n_head, **common)
         require("pos.dim", dim, integer(2, null=True))
+        # d'/2 cosines must sum to d'/2 at distance 0 (a zero bias there): d' is even
+        require("pos.dim", dim, _even)
+        if dim is None and d_model % 2:
+            raise ConfigError(
+                f"pos.dim=null takes model.d_model={d_model}, which is odd; Sandwich needs an "
+                "even d' (pairs of sinusoids): set pos.dim to an even number"
+            )
         self.dim = int(dim or d_model)
         k = torch.arange(1, self.dim // 2 + 1, dtype=torch.float32)
         # derived state (not weights): frequencies and per-head scales

@@ -14,6 +14,7 @@ import numpy as np
 
 from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
+from poslab.validate import integer, require
 
 
 class AssocRecall(Task):
@@ -25,8 +26,7 @@ class AssocRecall(Task):
         super().__init__()
         for key, value, low in (("pairs", pairs, 1), ("queries", queries, 1), ("keys", keys, 1),
                                 ("values", values, 2), ("noise", noise, 1)):  # fmt: skip
-            if not isinstance(value, int) or value < low:
-                raise ConfigError(f"data.task.{key}={value} must be an integer ≥ {low}")
+            require(f"data.task.{key}", value, integer(low))  # refuses true/false too
         if keys < pairs or queries > pairs:
             raise ConfigError(
                 f"data.task: needs keys ≥ pairs ≥ queries (distinct keys, each queried once); "

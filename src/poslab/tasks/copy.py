@@ -13,8 +13,8 @@ import string
 
 import numpy as np
 
-from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
+from poslab.validate import integer, require
 
 
 class Copy(Task):
@@ -22,8 +22,7 @@ class Copy(Task):
 
     def __init__(self, symbols: int = 16) -> None:
         super().__init__()
-        if not isinstance(symbols, int) or not 2 <= symbols <= 26:
-            raise ConfigError(f"data.task.symbols={symbols} must be an integer in [2, 26]")
+        require("data.task.symbols", symbols, integer(2, 26))  # a-z; refuses true/false too
         self.vocabulary(["<bos>", "="], list(string.ascii_lowercase[:symbols]))
         self.symbol_ids = np.arange(3, 3 + symbols)
 

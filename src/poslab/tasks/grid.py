@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
+from poslab.validate import integer, list_of, require
 
 
 def grid_positions(length: int, side: int) -> np.ndarray:
@@ -54,12 +54,9 @@ class Grid(Task):
 
     def __init__(self, colors: int = 8, shifts: tuple[int, ...] = (-1, 0, 1)) -> None:
         super().__init__()
-        if not isinstance(colors, int) or colors < 2:
-            raise ConfigError(f"data.task.colors={colors} must be an integer ≥ 2")
-        shifts = list(shifts)
-        if not shifts or not all(isinstance(s, int) and abs(s) <= 2 for s in shifts):
-            raise ConfigError(f"data.task.shifts={shifts} must be integers in [-2, 2]")
-        self.shifts = shifts
+        require("data.task.colors", colors, integer(2))  # refuses true/false too
+        require("data.task.shifts", shifts, list_of(integer(-2, 2)))
+        self.shifts = list(shifts)
         self.vocabulary(["<bos>"], [f"c{i}" for i in range(colors)])
         self.color_ids = np.arange(2, 2 + colors)
 

@@ -22,6 +22,7 @@ import numpy as np
 from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
 from poslab.tasks.grid import grid_example
+from poslab.validate import integer, require
 
 
 def load_images(path: str | Path, holdout: int, cache_dir: str | None = None) -> dict[str, list]:
@@ -58,10 +59,8 @@ class ImageGrid(Task):
         self, path: str, levels: int = 2, holdout: int = 10, cache_dir: str | None = None
     ) -> None:
         super().__init__()
-        if not isinstance(levels, int) or not 2 <= levels <= 6:
-            raise ConfigError(f"data.task.levels={levels} must be an integer in [2, 6]")
-        if not isinstance(holdout, int) or holdout < 2:
-            raise ConfigError(f"data.task.holdout={holdout} must be an integer ≥ 2")
+        require("data.task.levels", levels, integer(2, 6))  # refuses true/false too
+        require("data.task.holdout", holdout, integer(2))
         self.levels = levels
         self.vocabulary(["<bos>"], [f"rgb{i}" for i in range(levels**3)])
         self.images = load_images(path, holdout, cache_dir)

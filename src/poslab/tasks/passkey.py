@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
+from poslab.validate import integer, list_of, number, require
 
 FILLER = (
     "the grass is green . the sky is blue . the sun is yellow . here we go . there and back again ."
@@ -30,15 +30,10 @@ class Passkey(Task):
         self, digits: int = 5, eval_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     ) -> None:
         super().__init__()
-        if not isinstance(digits, int) or digits < 1:
-            raise ConfigError(f"data.task.digits={digits} must be an integer ≥ 1")
-        depths = list(eval_depths)
-        if not depths or not all(isinstance(d, int | float) and 0 <= d <= 1 for d in depths):
-            raise ConfigError(
-                f"data.task.eval_depths={depths} must be a non-empty list of numbers in [0, 1]"
-            )
+        require("data.task.digits", digits, integer(1))  # refuses true/false, unlike isinstance
+        require("data.task.eval_depths", eval_depths, list_of(number(ge=0, le=1)))
         self.digits = digits
-        self.eval_depths = [float(d) for d in depths]
+        self.eval_depths = [float(d) for d in eval_depths]
         words = sorted(set(FILLER.split()) | {"pass", "key", "what", "?"})
         self.vocabulary(DIGITS, words)
         self.statement = self.encode("the pass key is")
