@@ -108,6 +108,25 @@ def trained_runs(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     return {s: (root / s, train_in_process(s, corpus, root / s)) for s in SCHEMES}
 
 
+def contract_problems(result: subprocess.CompletedProcess, expected: str, out: Path) -> list[str]:
+    """What breaks the bad-input contract in one command's result: exit code 2, exactly one
+    stderr line `error: ...`, no traceback, `expected` in it, and nothing left at `out`."""
+    lines = result.stderr.strip().splitlines()
+    problems = []
+    if result.returncode != 2:
+        problems.append(f"exit code {result.returncode}")
+    if len(lines) != 1 or not lines[0].startswith("error: "):
+        problems.append(f"{len(lines)} stderr lines")
+    if "Traceback" in result.stderr:
+        problems.append("a traceback")
+    if expected not in result.stderr:
+        problems.append(f"no {expected!r}")
+    if out.exists():
+        listing = sorted(str(q.relative_to(out)) for q in out.rglob("*")) if out.is_dir() else []
+        problems.append(f"left {out.name} {listing}")
+    return problems
+
+
 def race_two_processes(args: list[str], tmp_path: Path) -> list[tuple[str, str]]:
     """Start two processes running `args` + [ready file, go file]; once both have written their
     ready file, create the go file so they start the raced work together. Returns their

@@ -273,7 +273,8 @@ def test_eval_py_cli_prints_the_table(trained_runs, tmp_path):
     # with out_dir= nothing else is created: no outputs/eval/DATE/TIME, no .hydra/
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.log", "extrapolation"]
     (tmp_path / "foreign.ckpt").write_bytes(b"not a checkpoint")
-    for name, message in (("missing.ckpt", "does not exist"), ("foreign.ckpt", "cannot read")):
+    cases = (("missing.ckpt", "does not exist"), ("foreign.ckpt", "is corrupt or incomplete"))
+    for name, message in cases:
         bad = subprocess.run(
             [sys.executable, str(REPO / "eval.py"), f"ckpt={tmp_path / name}"],
             cwd=tmp_path, capture_output=True, text=True, timeout=300,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import REPO, TINY, make_corpus
+from conftest import REPO, TINY, contract_problems, make_corpus
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -76,6 +76,19 @@ def start_and_wait_for_checkpoint(
     return proc
 
 
+def stop_with(proc: subprocess.Popen, *signums: int) -> list[str]:
+    """Send the signals (a second one soon after the first), wait for the process: it exits
+    with 128 + the last signal and no traceback. Returns its stderr lines."""
+    for i, signum in enumerate(signums):
+        if i:
+            time.sleep(0.05)
+        proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signums[-1], stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return stderr.strip().splitlines()
+
+
 def status_of(folder: Path) -> dict:
     try:
         return json.loads((folder / "status.json").read_text())
@@ -121,11 +134,8 @@ def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(corpus, tmp_path, uni
     folder = tmp_path / "run"
     env = wandb_env(tmp_path)
     proc = start_and_wait_for_checkpoint(train_cmd(corpus, folder, "logger=csv"), folder, env)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    assert "Traceback" not in stderr
-    last_line = stderr.strip().splitlines()[-1]
+    lines = stop_with(proc, signal.SIGTERM)
+    last_line = lines[-1]
     assert last_line.startswith("stopped by SIGTERM at step ")
     assert last_line.endswith(f"resume with: python train.py resume={folder}")
     status = json.loads((folder / "status.json").read_text())
@@ -149,13 +159,9 @@ def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(corpus, tmp_path, uni
 def test_sigint_twice_stops_at_once_and_still_says_how_to_resume(corpus, tmp_path, uninterrupted):
     folder = tmp_path / "run"
     proc = start_and_wait_for_checkpoint(train_cmd(corpus, folder, "logger=csv"), folder)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)  # impatient: the second one does not wait for the step
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
-    assert "Traceback" not in stderr
-    last_line = stderr.strip().splitlines()[-1]
+    # impatient: the second one does not wait for the step
+    lines = stop_with(proc, signal.SIGINT, signal.SIGINT)
+    last_line = lines[-1]
     assert last_line.startswith("stopped by SIGINT at step ")
     assert last_line.endswith(f"resume with: python train.py resume={folder}")
     assert status_of(folder)["status"] == "interrupted"
@@ -176,11 +182,8 @@ def test_sigterm_in_the_evaluation_after_training_resumes_the_evaluation(corpus,
     proc = start_and_wait_for_checkpoint(
         cmd, folder, until=lambda: status_of(folder).get("phase") == "evaluation"
     )
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    assert "Traceback" not in stderr
-    last_line = stderr.strip().splitlines()[-1]
+    lines = stop_with(proc, signal.SIGTERM)
+    last_line = lines[-1]
     assert last_line.startswith("stopped by SIGTERM in the evaluation after training")
     assert last_line.endswith(f"resume with: python train.py resume={folder}")
     status = status_of(folder)
@@ -204,11 +207,7 @@ def test_sigterm_to_a_sweep_names_the_jobs_that_did_not_run_and_resumes_them(cor
            f"data.path={corpus}", *RESUMABLE, "logger=csv", f"hydra.sweep.dir={sweep}"]  # fmt: skip
     first = sweep / "0_rope-tiny-L16"
     proc = start_and_wait_for_checkpoint(cmd, first, cwd=tmp_path)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    assert "Traceback" not in stderr
-    lines = stderr.strip().splitlines()
+    lines = stop_with(proc, signal.SIGTERM)
     assert lines[-2].startswith("stopped by SIGTERM at step ")
     assert "jobs 1–2 of 0–2 did not run" in lines[-1], lines[-1]
     command = lines[-1].split("resume it with: ", 1)[1]
@@ -240,11 +239,8 @@ def test_sigterm_to_eval_py_writes_no_results_and_says_what_to_run(trained_runs,
         assert proc.poll() is None, proc.communicate()
         assert time.time() < deadline
         time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    assert "Traceback" not in stderr
-    line = stderr.strip().splitlines()[-1]
+    lines = stop_with(proc, signal.SIGTERM)
+    line = lines[-1]
     assert line.startswith("stopped by SIGTERM during the evaluation; no results were written")
     assert json.loads((out / "eval_status.json").read_text())["status"] == "interrupted"
     assert not list(out.glob("**/extrapolation.json"))
@@ -446,18 +442,7 @@ def test_every_bad_input_is_one_line_and_exit_code_2(corpus, trained_runs, bad_c
         results = [f.result() for f in futures]
     failures = []
     for ((kind, overrides), expected), (result, out) in zip(BAD_INPUTS, results, strict=True):
-        lines = result.stderr.strip().splitlines()
-        problems = []
-        if result.returncode != 2:
-            problems.append(f"exit code {result.returncode}")
-        if len(lines) != 1 or not lines[0].startswith("error: "):
-            problems.append(f"{len(lines)} stderr lines")
-        if "Traceback" in result.stderr:
-            problems.append("a traceback")
-        if expected.format(**values) not in result.stderr:
-            problems.append(f"no {expected!r}")
-        if out.exists():
-            problems.append(f"left {sorted(os.listdir(out))}")
+        problems = contract_problems(result, expected.format(**values), out)
         if problems:
             failures.append(f"{kind} {overrides}: {', '.join(problems)}\n{result.stderr[-1500:]}")
     assert not failures, "\n\n".join(failures)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_corpus, train_in_process
+from conftest import contract_problems, make_corpus, train_in_process
 from test_reliability import run_case
 
 from poslab.attention import SDPA, Auto
@@ -112,20 +112,9 @@ def test_bad_inputs_are_one_line_exit_code_2_and_leave_no_folder(
     for ((kind, overrides), expected, absent), (result, out) in zip(
         BAD_INPUTS, results, strict=True
     ):
-        lines = result.stderr.strip().splitlines()
-        problems = []
-        if result.returncode != 2:
-            problems.append(f"exit code {result.returncode}")
-        if len(lines) != 1 or not lines[0].startswith("error: "):
-            problems.append(f"{len(lines)} stderr lines")
-        if "Traceback" in result.stderr:
-            problems.append("a traceback")
-        if expected.format(**values) not in result.stderr:
-            problems.append(f"no {expected!r}")
+        problems = contract_problems(result, expected.format(**values), out)
         if absent is not None and absent in result.stderr:
             problems.append(f"says {absent!r}")
-        if out.exists():
-            problems.append(f"left {sorted(os.listdir(out))}")
         if problems:
             failures.append(f"{kind} {overrides}: {', '.join(problems)}\n{result.stderr[-1500:]}")
     assert not failures, "\n\n".join(failures)

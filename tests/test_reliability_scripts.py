@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, compose_train, make_corpus, train_in_process
+from conftest import REPO, compose_train, contract_problems, make_corpus, train_in_process
 
 SCRIPTS = REPO / "scripts"
 # a benchmark that runs in seconds, should a check ever let a bad input through (argparse: the
@@ -168,18 +168,7 @@ def test_every_bad_input_is_one_line_and_exit_code_2(inputs, tmp_path):
     failures = []
     for i, (((script, args), expected), result) in enumerate(zip(BAD_INPUTS, results, strict=True)):
         out = tmp_path / f"case{i}"
-        lines = result.stderr.strip().splitlines()
-        problems = []
-        if result.returncode != 2:
-            problems.append(f"exit code {result.returncode}")
-        if len(lines) != 1 or not lines[0].startswith("error: "):
-            problems.append(f"{len(lines)} stderr lines")
-        if "Traceback" in result.stderr:
-            problems.append("a traceback")
-        if expected.format(**values, out=out) not in result.stderr:
-            problems.append(f"no {expected!r}")
-        if out.exists():
-            problems.append(f"left {listing(out)}")
+        problems = contract_problems(result, expected.format(**values, out=out), out)
         if problems:
             failures.append(f"{script} {args}: {', '.join(problems)}\n{result.stderr[-1500:]}")
     assert not failures, "\n\n".join(failures)

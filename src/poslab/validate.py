@@ -9,6 +9,7 @@ which `check_train_config` calls before any data is read (the scheme is cheap to
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -296,7 +297,11 @@ def check_run_config(cfg: DictConfig) -> None:
 
     path = cfg.data.get("path")
     if path is not None and not Path(str(path)).expanduser().exists():
-        raise ConfigError(f"data.path={path} does not exist; point it at a folder of split files")
+        folder = Path(str(path)).expanduser()
+        broken = f" (a broken symlink to {os.readlink(folder)})" if folder.is_symlink() else ""
+        raise ConfigError(
+            f"data.path={path} does not exist{broken}; point it at a folder of split files"
+        )
     config = OmegaConf.to_container(cfg, resolve=True)
     gpt_config = gpt_config_of(config, vocab_size=2)
     scheme = build_scheme(config["pos"], gpt_config)
