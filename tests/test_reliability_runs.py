@@ -57,6 +57,12 @@ def test_extending_a_run_keeps_one_best_checkpoint_with_the_best_score(corpus, t
     half must know that validation's score. It used to write its best to best-v1.ckpt and keep a
     stale best.ckpt, and report the stale best_val_loss."""
     train(corpus, tmp_path, "trainer.max_steps=20", "train.validate_before_fit=false")
+    # the last.ckpt written at that validation knows its score (saved before ModelCheckpoint
+    # had seen it, it held no best at all)
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    ((_, first),) = val_losses(tmp_path)
+    assert float(state["best_model_score"]) == pytest.approx(first, rel=1e-6)
     # what a writer killed mid-save leaves: the resumed run removes it
     (tmp_path / "checkpoints" / ".last.ckpt.4242.tmp").write_bytes(b"half a checkpoint")
     metrics = train(corpus, tmp_path, "trainer.max_steps=60", "resume=auto")
@@ -177,6 +183,8 @@ def test_a_refused_command_never_writes_to_the_run_it_names(corpus, tmp_path):
         (["model.d_model=128"], "model.d_model (64 -> 128) differs"),
         (["data.seq_len=32"], "data.seq_len (16 -> 32) differs"),
         (["optim.lr=-1"], "optim.lr=-1"),
+        # passes poslab's checks, refused by lightning.Trainer: still before the run is touched
+        (["+trainer.gradient_clip_algorithm=foo"], "gradient_clip_algorithm` foo is invalid"),
     ]
     for extra, expected in cases:
         result = subprocess.run(
@@ -185,6 +193,11 @@ def test_a_refused_command_never_writes_to_the_run_it_names(corpus, tmp_path):
         )  # fmt: skip
         assert expected in one_error_line(result)
         assert folder_digest(run) == before, extra  # status, .hydra, log: as they were
+    # a finished run resumed: nothing to do, nothing written
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={run}"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert folder_digest(run) == before
     # and the run still resumes (its record was not overwritten by the refused commands)
     result = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={run}",
                              "trainer.max_steps=50"], cwd=tmp_path, capture_output=True,

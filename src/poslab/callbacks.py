@@ -177,10 +177,14 @@ class LastCheckpoint(Checkpoint):
         self._previous: dict[int, Any] = {}
         self._between_steps = True  # the last training batch ended an accumulation
         self._saved_step: int | None = None  # the step of the latest save
+        self._trainer: L.Trainer | None = None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.signal is not None:  # asked twice: stop now, with the last checkpoint saved
             self._restore_handlers()
+            launcher = getattr(self._trainer, "strategy", None) and self._trainer.strategy.launcher
+            if launcher is not None and hasattr(launcher, "kill"):
+                launcher.kill(signal.SIGKILL)  # other ranks would wait in a collective forever
             saved = str(self.path) if self.path.is_file() else None
             raise RunInterrupted(signum, "training", self._saved_step, saved)
         self.signal = signum
@@ -202,6 +206,7 @@ class LastCheckpoint(Checkpoint):
         self._saved_step = trainer.global_step
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._trainer = trainer
         if threading.current_thread() is threading.main_thread():  # only it may set handlers
             for signum in STOP_SIGNALS:
                 self._previous[signum] = signal.getsignal(signum)

@@ -37,7 +37,14 @@ from typing import Any
 import yaml
 from hydra.experimental.callback import Callback
 
-from poslab.errors import EXIT_BAD_INPUT, NO_SPACE_ERRNOS, ConfigError, RunInterrupted, report
+from poslab.errors import (
+    EXIT_BAD_INPUT,
+    NO_SPACE_ERRNOS,
+    ConfigError,
+    RunBusy,
+    RunInterrupted,
+    report,
+)
 
 try:  # POSIX; elsewhere runs go unlocked
     import fcntl
@@ -46,7 +53,8 @@ except ImportError:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-# where Hydra records a training command (hydra.output_subdir) until the run takes its folder
+# where Hydra records a training command (hydra.output_subdir, one per process:
+# .hydra-pending-<uid>) until the run takes its folder
 PENDING_CONFIG = ".hydra-pending"
 LOCK_FILE = ".lock"
 # what Hydra (and the lock) put in a run folder before the task starts; a folder holding
@@ -109,7 +117,9 @@ def read_status(folder: Path) -> dict[str, Any]:
 def is_main_process() -> bool:
     """False in the extra processes a multi-process launcher starts (they share rank 0's run
     folder and must neither lock nor claim it)."""
-    return all(os.environ.get(k, "0") in ("", "0") for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+    ranks = ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
+             "PMI_RANK")  # Lightning's launcher, torchrun, SLURM's srun, MPI  # fmt: skip
+    return all(os.environ.get(k, "0") in ("", "0") for k in ranks)
 
 
 class RunLock:
@@ -135,7 +145,7 @@ class RunLock:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             self.created = False
-            raise ConfigError(
+            raise RunBusy(
                 f"{self.path.parent} is in use by another training process (pid {holder}); wait "
                 f"for it to end, or stop it (kill {holder}) and run this again"
             ) from None
@@ -167,7 +177,7 @@ def claim_run_folder(folder: Path) -> None:
     removed (the lock says no other process writes here). From now on a failure is the run's
     own and is written to its status.json."""
     global _claimed
-    pending = folder / PENDING_CONFIG
+    pending = pending_record(folder)
     if pending.is_dir():
         (folder / ".hydra").mkdir(exist_ok=True)
         for path in pending.iterdir():
@@ -209,9 +219,22 @@ def log_to_file(line: str) -> None:
 def _untouched(folder: Path) -> bool:
     """True when the folder holds only what Hydra wrote before the task started."""
     try:
-        return folder.is_dir() and set(os.listdir(folder)) <= HYDRA_FILES
+        names = {n for n in os.listdir(folder) if not n.startswith(PENDING_CONFIG)}
+        return folder.is_dir() and names <= HYDRA_FILES
     except OSError:
         return False
+
+
+def pending_record(folder: Path) -> Path:
+    """This process's .hydra-pending-<uid>/ (Hydra's record of the command), or the plain
+    .hydra-pending where Hydra's output_subdir is not set (in-process runs)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        subdir = HydraConfig.get().output_subdir
+        if subdir and str(subdir).startswith(PENDING_CONFIG):
+            return folder / str(subdir)
+    return folder / PENDING_CONFIG
 
 
 def _close_file_logs(folder: Path) -> None:
@@ -250,7 +273,9 @@ def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
             _undo_refused(folder, fresh, logs, lock)  # it had nothing to do (a finished run)
         return result
     except RunInterrupted as stop:
-        _interrupted(stop, folder, owns_folder, fresh)
+        if not is_main_process():  # rank 0 says it; a child's non-zero exit would kill rank 0
+            raise SystemExit(0) from None
+        _interrupted(stop, folder, owns_folder, fresh, logs, lock)
         raise SystemExit(128 + stop.signum) from None
     except ConfigError as err:
         _failed(err, folder, owns_folder, fresh, logs, lock)
@@ -260,14 +285,14 @@ def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
     except OSError as err:
         line = os_error_line(err)
         if line is None:
-            _crashed(err, folder, owns_folder, fresh)
+            _crashed(err, folder, owns_folder, fresh, logs, lock)
             raise
         _failed(ConfigError(line), folder, owns_folder, fresh, logs, lock)
         if in_multirun():
             raise ConfigError(line) from None
         raise SystemExit(EXIT_BAD_INPUT) from None
     except Exception as err:
-        _crashed(err, folder, owns_folder, fresh)
+        _crashed(err, folder, owns_folder, fresh, logs, lock)
         raise
     finally:
         for signum, handler in handlers.items():
@@ -292,6 +317,9 @@ def _failed(
     lock: RunLock | None,
 ) -> None:  # fmt: skip
     report(err)
+    if isinstance(err, RunBusy):  # the folder is the holder's: only our own record goes
+        shutil.rmtree(pending_record(folder), ignore_errors=True)
+        return
     if owns_folder and _claimed is None and is_main_process():
         _undo_refused(folder, fresh, logs, lock)
         return
@@ -300,7 +328,13 @@ def _failed(
         _close_file_logs(folder)
         shutil.rmtree(folder, ignore_errors=True)
     elif owns_folder and folder.is_dir():
-        _try(write_status, folder, "failed", error=str(err))
+        _try(write_status, folder, "failed", **_kept_metrics(folder), error=str(err))
+
+
+def _kept_metrics(folder: Path) -> dict[str, Any]:
+    """The metrics the run's status holds (a later status keeps them: a failed retry of an
+    interrupted evaluation must not lose the training's numbers)."""
+    return {k: v for k, v in read_status(folder).items() if k not in STATUS_KEYS}
 
 
 def _undo_refused(folder: Path, fresh: bool, logs: dict[Path, int], lock: RunLock | None) -> None:
@@ -310,7 +344,7 @@ def _undo_refused(folder: Path, fresh: bool, logs: dict[Path, int], lock: RunLoc
         _close_file_logs(folder)
         shutil.rmtree(folder, ignore_errors=True)
         return
-    shutil.rmtree(folder / PENDING_CONFIG, ignore_errors=True)
+    shutil.rmtree(pending_record(folder), ignore_errors=True)
     for path, size in logs.items():
         with contextlib.suppress(OSError):
             if size == 0:
@@ -322,10 +356,16 @@ def _undo_refused(folder: Path, fresh: bool, logs: dict[Path, int], lock: RunLoc
             lock.put_back()
 
 
-def _crashed(err: BaseException, folder: Path, owns_folder: bool, fresh: bool) -> None:
-    log.exception("the run failed")  # the traceback, in the log file too
-    if owns_folder and folder.is_dir() and not (fresh and _untouched(folder)):
-        _try(write_status, folder, "failed", error=f"{type(err).__name__}: {err}")
+def _crashed(
+    err: BaseException, folder: Path, owns_folder: bool, fresh: bool, logs: dict[Path, int],
+    lock: RunLock | None,
+) -> None:  # fmt: skip
+    log.exception("the run failed")  # the traceback (in the log file too, once claimed)
+    if owns_folder and _claimed is None and is_main_process():
+        _undo_refused(folder, fresh, logs, lock)  # it had not started: the run is as it was
+    elif owns_folder and folder.is_dir() and not (fresh and _untouched(folder)):
+        _try(write_status, folder, "failed", **_kept_metrics(folder),
+             error=f"{type(err).__name__}: {err}")  # fmt: skip
 
 
 def _stop_on_signals() -> dict[int, Any]:
@@ -346,7 +386,10 @@ def _stop_on_signals() -> dict[int, Any]:
     return previous
 
 
-def _interrupted(stop: RunInterrupted, folder: Path, owns_folder: bool, fresh: bool) -> None:
+def _interrupted(
+    stop: RunInterrupted, folder: Path, owns_folder: bool, fresh: bool, logs: dict[Path, int],
+    lock: RunLock | None,
+) -> None:  # fmt: skip
     """One line (and the status file) saying what finished and what to run next."""
     name = signal.Signals(stop.signum).name
     if not owns_folder:  # eval.py: results are written together at the end, so none were
@@ -356,10 +399,12 @@ def _interrupted(stop: RunInterrupted, folder: Path, owns_folder: bool, fresh: b
         )
         _try(write_status, folder, "interrupted", name="eval_status.json", next=line)
     elif _claimed is None:  # before the run took its folder: nothing of it was written
-        if fresh and _untouched(folder):
-            _close_file_logs(folder)
-            shutil.rmtree(folder, ignore_errors=True)
+        _undo_refused(folder, fresh, logs, lock)
         line = f"stopped by {name} before the run started; nothing was written"
+        print(line, file=sys.stderr, flush=True)
+        if in_multirun():
+            _sweep_interrupted(name, owns_folder)
+        return
     else:
         resume = resume_command(folder)
         if stop.phase == "training":
@@ -379,7 +424,7 @@ def _interrupted(stop: RunInterrupted, folder: Path, owns_folder: bool, fresh: b
     print(line, file=sys.stderr, flush=True)
     _try(log_to_file, line)
     if in_multirun():
-        _sweep_interrupted(name)
+        _sweep_interrupted(name, owns_folder)
 
 
 def _try(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -397,7 +442,7 @@ def _command(argv: list[str]) -> str:
     return " ".join(["python", *map(shlex.quote, argv or ["train.py"])])
 
 
-def _sweep_interrupted(signal_name: str) -> None:
+def _sweep_interrupted(signal_name: str, resumable: bool) -> None:
     """A -m sweep stopped in job k: name the jobs that did not run and print the command that
     resumes the whole sweep (finished jobs are skipped, the stopped one continues)."""
     from hydra.core.hydra_config import HydraConfig
@@ -407,10 +452,9 @@ def _sweep_interrupted(signal_name: str) -> None:
     job = int(hydra_cfg.job.num)
     total = _sweep_size(sweep)
     args = [a for a in _ORIGINAL_ARGV[1:] if not a.startswith(("hydra.sweep.dir=", "resume="))]
-    command = _command(
-        [_ORIGINAL_ARGV[0] if _ORIGINAL_ARGV else "train.py", *args, "resume=auto",
-         f"hydra.sweep.dir={sweep}"]
-    )  # fmt: skip
+    # a training sweep continues in its folder; an eval.py sweep simply runs again
+    again = ["resume=auto", f"hydra.sweep.dir={sweep}"] if resumable else []
+    command = _command([_ORIGINAL_ARGV[0] if _ORIGINAL_ARGV else "train.py", *args, *again])
     if total is None:
         not_run = f"the jobs after job {job} did not run"
         left: list[int] | None = None
@@ -492,6 +536,9 @@ def resume_arguments(argv: list[str]) -> list[str]:
         raise ConfigError(f"resume={value} does not exist; pass a run folder or a .ckpt file")
     folder = path.parent.parent if path.is_file() and path.parent.name == "checkpoints" else path
     overrides_file = folder / ".hydra" / "overrides.yaml"
+    if not overrides_file.is_file():  # killed before it took its folder: its pending record
+        pending = sorted(folder.glob(f"{PENDING_CONFIG}*/overrides.yaml"), key=os.path.getmtime)
+        overrides_file = pending[-1] if pending else overrides_file
     if path.is_file() and not overrides_file.is_file():
         return argv  # a checkpoint outside a run folder: a new run starts from its state
     if not overrides_file.is_file():

@@ -62,3 +62,8 @@ class RunInterrupted(BaseException):
     def __init__(self, signum: int, phase: str, step: int | None = None, saved: str | None = None):
         super().__init__(signum, phase)
         self.signum, self.phase, self.step, self.saved = signum, phase, step, saved
+
+
+class RunBusy(ConfigError):
+    """Another training process holds the run folder's lock: the refused process touches
+    nothing there (not even what a refusal would tidy: that is the holder's)."""

@@ -176,15 +176,17 @@ def world_size_for(trainer_cfg: dict[str, Any]) -> int:
     ):
         # Lightning runs FSDP on CUDA devices only; say what to use instead
         raise ConfigError("trainer=fsdp needs CUDA GPUs; use trainer=ddp on CPUs")
-    probe_cfg = {k: trainer_cfg[k] for k in WORLD_SIZE_KEYS if k in trainer_cfg}
+    # every option the run's Trainer gets (a value Lightning refuses fails here, before the run
+    # takes its folder), without what only the run decides (precision=auto, plugins, callbacks)
+    probe_cfg = {
+        k: v for k, v in trainer_cfg.items()
+        if k not in (*OWN_TRAINER_KEYS, "plugins") and not (k == "precision" and v == "auto")
+    }  # fmt: skip
+    probe_cfg["_target_"] = trainer_cfg.get("_target_", "lightning.Trainer")
+    probe_cfg.update(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False)  # fmt: skip
     with _quiet_lightning():
-        probe: L.Trainer = instantiate_checked(
-            probe_cfg,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        )
+        probe: L.Trainer = instantiate_checked(probe_cfg)
     launcher = probe.strategy.launcher
     if (
         sweep_group() is not None
@@ -488,9 +490,10 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
                 + (f"{saved} is intact; then resume with: {resume_command(out)}" if saved
                    else "does not exist yet; then run the command again")
             ) from None  # fmt: skip
-        if last.signal is not None:
+        if last.signal is not None:  # (after the last batch: the final save was the stop)
             failed = False
-            raise RunInterrupted(last.signal, "training", last.stopped_at, str(last.path))
+            step = last.stopped_at if last.stopped_at is not None else trainer.global_step
+            raise RunInterrupted(last.signal, "training", step, str(last.path))
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
         metrics["best_val_loss"] = float(checkpoint.best_model_score or float("nan"))
         log.info("best checkpoint: %s", checkpoint.best_model_path)
@@ -538,9 +541,27 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
         raise
     finally:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
-            # finish even after a crash: the next job of a sweep must start its own W&B run
-            logger.experiment.finish(exit_code=1 if failed else 0)
+            # finish even after a crash: the next job of a sweep must start its own W&B run;
+            # a signal meanwhile would cut it short and relabel how the run ended
+            with _signals_ignored():
+                logger.experiment.finish(exit_code=1 if failed else 0)
     return metrics
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _status_metrics(metrics: dict[str, float]) -> dict[str, float]:
