@@ -97,6 +97,16 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_anew_in_its_folder(cor
     assert metrics["best_val_loss"] > 0
 
 
+def test_a_resumed_run_may_find_its_token_cache_elsewhere(corpus, tmp_path):
+    """data.cache_dir says where tokens are kept (POSLAB_CACHE set in one shell, not in the
+    next), not what they are: no reason to refuse a resume."""
+    run = tmp_path / "run"
+    train(corpus, run, "trainer.max_steps=10", f"data.cache_dir={tmp_path / 'here'}")
+    train(corpus, run, "trainer.max_steps=20", f"data.cache_dir={tmp_path / 'there'}",
+          "resume=auto")  # fmt: skip
+    assert status_of(run)["status"] == "completed" and status_of(run)["step"] == 20
+
+
 @pytest.mark.parametrize("first", ["32-true", "bf16-mixed"])
 def test_a_resumed_run_keeps_the_precision_it_started_with(corpus, tmp_path, first):
     """Whatever precision=auto would pick on this machine now, the second half of a run trains

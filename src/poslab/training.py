@@ -365,9 +365,16 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> Resume | None:
     )  # fmt: skip
 
 
+# where things are kept, not what they are: a resumed run may find its token cache elsewhere
+# (POSLAB_CACHE set in one shell and not in the other)
+LOCATION_KEYS = ("data.cache_dir",)
+
+
 def _first_difference(a: Any, b: Any, key: str) -> str | None:
     """The first differing key of a stored config `a` and the current `b` (None: equal). An
     option the stored config predates counts as equal while it is off (None or False)."""
+    if key in LOCATION_KEYS:
+        return None
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
             if k not in a and b.get(k) in (None, False):
