@@ -273,6 +273,7 @@ def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
             _undo_refused(folder, fresh, logs, lock)  # it had nothing to do (a finished run)
         return result
     except RunInterrupted as stop:
+        _ignore_stop_signals()  # an impatient second Ctrl-C must not cut the report short
         if not is_main_process():  # rank 0 says it; a child's non-zero exit would kill rank 0
             raise SystemExit(0) from None
         _interrupted(stop, folder, owns_folder, fresh, logs, lock)
@@ -377,6 +378,7 @@ def _stop_on_signals() -> dict[int, Any]:
         return {}
 
     def stop(signum: int, frame: Any) -> None:
+        _ignore_stop_signals()  # one stop at a time: its report must not be cut short
         raise RunInterrupted(signum, phase="")
 
     previous = {}
@@ -384,6 +386,15 @@ def _stop_on_signals() -> dict[int, Any]:
         previous[signum] = signal.getsignal(signum)
         signal.signal(signum, stop)
     return previous
+
+
+def _ignore_stop_signals() -> None:
+    """SIGTERM / SIGINT ignored until the job's handlers are put back (its `finally`)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _interrupted(
