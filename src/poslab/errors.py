@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 from collections.abc import Callable
@@ -52,7 +53,7 @@ class DiskFull(ConfigError):
 
 
 # the errnos of "no room to write": a full disk, a quota, a file-size limit (RLIMIT_FSIZE)
-NO_SPACE_ERRNOS = (28, 122, 27)  # ENOSPC, EDQUOT, EFBIG
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 class RunInterrupted(BaseException):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import io
 import json
 import math
@@ -30,7 +29,7 @@ import matplotlib.ticker  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from poslab.errors import ConfigError  # noqa: E402
+from poslab.errors import NO_SPACE_ERRNOS, ConfigError  # noqa: E402
 
 CSV_FIELDS = [
     "scheme", "train_length", "mode", "split", "length", "factor", "status", "tokens", "loss",
@@ -338,7 +337,7 @@ def write_reports(
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        if err.errno in NO_ROOM:
+        if err.errno in NO_SPACE_ERRNOS:
             raise no_room_error(out, err) from None
         raise
     paths = {
@@ -404,9 +403,6 @@ def save(fig: Figure, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # writing a set of files all or none
 
-# the errnos of "no room to write": a full disk, a quota, a file-size limit (RLIMIT_FSIZE)
-NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-
 FileWriter = Callable[[IO[bytes]], None]  # writes one file's bytes to an open binary file
 
 
@@ -461,7 +457,7 @@ def write_all_or_none(files: dict[Path, FileWriter]) -> None:
         for tmp, _ in temporaries:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.errno in NO_ROOM and path is not None:
+        if isinstance(err, OSError) and err.errno in NO_SPACE_ERRNOS and path is not None:
             raise no_room_error(path, err) from None
         raise
     for folder in {p.parent for p in files}:

@@ -16,9 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import load_checkpoint, read_checkpoint
 from poslab.data import EOS, TokenCache
-from poslab.errors import ConfigError
+from poslab.errors import NO_SPACE_ERRNOS, ConfigError
 from poslab.evaluation.perplexity import score
-from poslab.evaluation.report import NO_ROOM, markdown, metric_name, no_room_error, write_reports
+from poslab.evaluation.report import markdown, metric_name, no_room_error, write_reports
 from poslab.positions import eval_overrides, eval_variant_label
 from poslab.precision import AUTOCAST_DTYPE, resolve_precision
 from poslab.validate import check_eval_config, eval_lengths, max_tokens_setting, require
@@ -253,7 +253,7 @@ def claim_folder(folder: Path) -> bool:
     except FileExistsError:
         return False
     except OSError as err:
-        if err.errno in NO_ROOM:
+        if err.errno in NO_SPACE_ERRNOS:
             raise no_room_error(folder, err) from None
         if isinstance(err, PermissionError):
             raise ConfigError(
