@@ -1,20 +1,7 @@
-"""Train a GPT with one positional scheme: `python train.py pos=rope` (see conf/train.yaml)."""
+"""`python train.py pos=rope`: train a GPT with one positional scheme (poslab/apps/train.py;
+installed, the same command is `poslab-train`)."""
 
-import hydra
-from omegaconf import DictConfig
-
-from poslab.cli import hydra_task, run_app
-from poslab.validate import check_run_config
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
-@hydra_task(owns_folder=True)
-def main(cfg: DictConfig) -> float:
-    check_run_config(cfg)  # before Lightning is imported: bad input fails in about a second
-    from poslab.training import run_training
-
-    return run_training(cfg)["best_val_loss"]
-
+from poslab.apps.train import entry
 
 if __name__ == "__main__":
-    run_app(main, resumable=True)
+    entry()

@@ -61,9 +61,10 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from poslab.build import build_model, build_scheme, gpt_config_of, instantiate_checked
+from poslab.build import build_model, build_scheme, gpt_config_of
 from poslab.errors import ConfigError, exit_on_config_error
 from poslab.evaluation.compare import OneLineParser, check_writable
+from poslab.instantiate import instantiate_checked
 from poslab.model import GPT
 from poslab.precision import AUTOCAST_DTYPE, PRECISIONS, resolve_precision
 
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from poslab.data import TokenizedSplit
 
 REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
+CONF = REPO / "src" / "poslab" / "conf"
 DEFAULT_OUT = REPO / "docs" / "benchmarks.md"
 EVAL_FACTORS = (1, 4, 16)  # evaluation lengths, as multiples of the training length L
 REFERENCE = "nope"  # the "vs nope" column: no positional work at all is the floor to compare to

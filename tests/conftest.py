@@ -17,7 +17,7 @@ from omegaconf import DictConfig, open_dict
 from poslab.positions import scheme_names
 
 REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
+CONF = REPO / "src" / "poslab" / "conf"
 SCHEMES = scheme_names()  # every scheme of conf/pos/
 WIKITEXT2 = REPO.parent / "shared" / "data" / "wikitext-2"
 

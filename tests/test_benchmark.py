@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import CONF, REPO
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def bench():
 
 
 def test_schemes_come_from_conf_pos(bench) -> None:
-    stems = {p.stem for p in (REPO / "conf" / "pos").glob("*.yaml")}
+    stems = {p.stem for p in (CONF / "pos").glob("*.yaml")}
     schemes = bench.available_schemes()
     assert set(schemes) == stems and schemes[0] == "nope"
 

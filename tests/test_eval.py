@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO
+from conftest import CONF, REPO
 from omegaconf import OmegaConf
 
 import poslab.attention
@@ -166,7 +166,7 @@ def test_long_length_memory_stays_linear(monkeypatch):
 
 
 def eval_cfg(**overrides):
-    cfg = OmegaConf.load(REPO / "conf" / "eval" / "default.yaml")
+    cfg = OmegaConf.load(CONF / "eval" / "default.yaml")
     cfg.max_tokens, cfg.log_wandb = 1500, False
     for key, value in overrides.items():
         cfg[key] = value

@@ -20,7 +20,8 @@ from poslab.attention import SDPA, Auto
 from poslab.build import read_checkpoint
 from poslab.data import LMDataModule, TokenCache, local_split_files
 from poslab.errors import ConfigError
-from poslab.positions import build_scheme, eval_overrides, scheme_configs
+from poslab.positions import build_scheme, scheme_configs
+from poslab.positions.rope_scaling import eval_overrides
 from poslab.tasks.assoc_recall import AssocRecall
 from poslab.tasks.copy import Copy
 from poslab.tasks.grid import Grid

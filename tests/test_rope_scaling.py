@@ -12,9 +12,9 @@ from test_eval import eval_cfg
 
 from poslab.errors import ConfigError
 from poslab.evaluation.run import evaluate_checkpoint
-from poslab.positions import build_scheme, eval_overrides
+from poslab.positions import build_scheme
 from poslab.positions.rope import rope_theta
-from poslab.positions.rope_scaling import RopeScaling, resolve_factor
+from poslab.positions.rope_scaling import RopeScaling, eval_overrides, resolve_factor
 
 D_MODEL, N_HEAD = 64, 4  # head_dim 16
 LAYOUTS = [("interleaved", 1.0), ("half", 1.0), ("interleaved", 0.5), ("half", 0.5)]

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import CONF, REPO
 
 from poslab.attention import SDPA, Auto, Blockwise, Flex
 from poslab.build import scheme_with_overrides
@@ -281,7 +281,7 @@ def test_every_new_scheme_trains_and_evaluates_at_16x(trained_runs, name, tmp_pa
 
     run, metrics = trained_runs[name]
     assert metrics["best_val_loss"] < metrics["val/loss_initial"] - 0.5
-    cfg = OmegaConf.load(REPO / "conf" / "eval" / "default.yaml")
+    cfg = OmegaConf.load(CONF / "eval" / "default.yaml")
     cfg.merge_with({"factors": [1, 16], "max_tokens": 1500, "log_wandb": False})
     rows = evaluate_checkpoint(run / "checkpoints" / "best.ckpt", cfg, out_dir=tmp_path)
     assert [r["length"] for r in rows] == [16, 256]
@@ -296,7 +296,7 @@ def test_a_base_override_on_a_rope_checkpoint_changes_perplexity(trained_runs, t
     from poslab.evaluation.run import evaluate_checkpoint
 
     ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"
-    cfg = OmegaConf.load(REPO / "conf" / "eval" / "default.yaml")
+    cfg = OmegaConf.load(CONF / "eval" / "default.yaml")
     cfg.merge_with({"factors": [4], "max_tokens": 1500, "log_wandb": False})
     plain = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / "a")[0]["ppl"]
     cfg.pos_overrides = {"base": 500000.0}

@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from poslab.checks import number, require
 from poslab.errors import ConfigError
 from poslab.precision import compute_dtype
-from poslab.validate import number, require
 
 KERNELS = ("auto", "sdpa", "blockwise", "flex", "linear")
 NEEDS = ("nothing", "bias", "scores")  # what a scheme may need (positions/base.py)

@@ -3,42 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 
 from poslab.attention import kernel_from_legacy
 from poslab.errors import ConfigError
+from poslab.instantiate import instantiate_checked, scheme_options
 from poslab.model import GPT, GPTConfig
-
-
-def instantiate_checked(config: Any, **kwargs: Any) -> Any:
-    """`hydra.utils.instantiate`, but a ConfigError raised by the target arrives as itself (Hydra
-    wraps it), and a bad argument becomes a ConfigError naming the target."""
-    try:
-        return instantiate(config, **kwargs)
-    except InstantiationException as err:
-        if isinstance(err.__cause__, ConfigError):
-            raise err.__cause__ from None
-        target = config.get("_target_") if hasattr(config, "get") else config
-        cause = str(err.__cause__ or err)
-        unknown = re.search(r"unexpected keyword argument '(\w+)'", cause)
-        if unknown and isinstance(target, str):
-            import inspect
-
-            from hydra.utils import get_class
-
-            options = [n for n in inspect.signature(get_class(target)).parameters]
-            raise ConfigError(
-                f"{target.rsplit('.', 1)[-1]} has no option {unknown.group(1)!r} (it has: "
-                f"{', '.join(options)}); check the spelling"
-            ) from None
-        raise ConfigError(f"cannot build {target}: {cause}") from None
-
 
 # model options of checkpoints written before `attention=` was a config group
 LEGACY_MODEL_KEYS = ("attention", "attn_block_size")
@@ -74,24 +47,6 @@ def build_scheme(pos_cfg: dict[str, Any], gpt_config: GPTConfig) -> Any:
     return instantiate_checked(
         pos_cfg, d_model=gpt_config.d_model, n_head=gpt_config.n_head, n_layer=gpt_config.n_layer
     )
-
-
-def scheme_options(pos_cfg: dict[str, Any]) -> dict[str, Any]:
-    """The options a scheme's class takes, its own and those of the classes it extends (the
-    sizes the model passes left out), with their defaults."""
-    import inspect
-
-    from hydra.utils import get_class
-
-    fixed = ("d_model", "n_head", "n_layer")
-    options: dict[str, Any] = {}
-    for cls in get_class(pos_cfg["_target_"]).__mro__:
-        if "__init__" in vars(cls):
-            for name, param in inspect.signature(cls.__init__).parameters.items():
-                keyword = param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
-                if keyword and name != "self" and name not in fixed and name not in options:
-                    options[name] = param.default
-    return options
 
 
 def scheme_with_overrides(

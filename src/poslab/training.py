@@ -22,7 +22,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.build import instantiate_checked, read_checkpoint
+from poslab.build import read_checkpoint
 from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, RankFingerprints
 from poslab.cli import (
     claim_run_folder,
@@ -33,6 +33,7 @@ from poslab.cli import (
     write_status,
 )
 from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
+from poslab.instantiate import instantiate_checked
 from poslab.lit import LanguageModel
 from poslab.precision import device_type_of, resolve_precision
 from poslab.validate import check_run_config

@@ -1,117 +1,36 @@
 """The run config checked before any work: types, ranges and choices of every option a user sets.
 
-A schema is a mapping from a dotted key to a check; a check returns what is wrong with a value
-(or None). Keys a config does not have are skipped, so one schema serves every data module and
-model. Options that only a positional scheme knows are checked by the scheme's own constructor,
-which `check_train_config` calls before any data is read (the scheme is cheap to build).
+A schema is a mapping from a dotted key to a check (checks.py); keys a config does not have are
+skipped, so one schema serves every data module and model. Options that only a positional scheme
+knows are checked by the scheme's own constructor, which `check_run_config` calls before any data
+is read (the scheme is cheap to build).
 """
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from poslab.checks import (
+    Check,
+    boolean,
+    check_schema,
+    choice,
+    integer,
+    is_int,
+    is_number,
+    list_of,
+    number,
+)
 from poslab.errors import ConfigError
-
-Check = Callable[[Any], "str | None"]
-_ABSENT = object()
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def integer(low: int | None = None, high: int | None = None, null: bool = False) -> Check:
-    """An integer in [low, high] (or null when `null`)."""
-
-    def check(value: Any) -> str | None:
-        if value is None and null:
-            return None
-        bounds = f" ≥ {low}" if low is not None else ""
-        bounds += f" and ≤ {high}" if high is not None else ""
-        wanted = f"an integer{bounds}" + (" or null" if null else "")
-        if not _is_int(value):
-            return f"must be {wanted}"
-        if (low is not None and value < low) or (high is not None and value > high):
-            return f"must be {wanted}"
-        return None
-
-    return check
-
-
-def number(
-    gt: float | None = None,
-    ge: float | None = None,
-    lt: float | None = None,
-    le: float | None = None,
-    null: bool = False,
-) -> Check:
-    """A finite number within the given bounds (or null when `null`)."""
-    parts = [f"> {gt:g}" if gt is not None else "", f"≥ {ge:g}" if ge is not None else ""]
-    parts += [f"< {lt:g}" if lt is not None else "", f"≤ {le:g}" if le is not None else ""]
-    wanted = "a finite number " + " and ".join(p for p in parts if p) + (" or null" if null else "")
-
-    def check(value: Any) -> str | None:
-        if value is None and null:
-            return None
-        if not _is_number(value) or not math.isfinite(value):
-            return f"must be {wanted.strip()}"
-        if (
-            (gt is not None and value <= gt)
-            or (ge is not None and value < ge)
-            or (lt is not None and value >= lt)
-            or (le is not None and value > le)
-        ):
-            return f"must be {wanted.strip()}"
-        return None
-
-    return check
-
-
-def choice(*options: Any) -> Check:
-    def check(value: Any) -> str | None:
-        return None if value in options else f"is not one of {', '.join(map(str, options))}"
-
-    return check
-
-
-def boolean(null: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if isinstance(value, bool) or (value is None and null):
-            return None
-        return "must be true or false" + (" (or null)" if null else "")
-
-    return check
-
-
-def list_of(item: Check, nonempty: bool = True, null: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and null:
-            return None
-        if not isinstance(value, list | tuple | ListConfig):
-            return "must be a list, e.g. [1,2,4]"
-        if nonempty and len(value) == 0:
-            return "must not be empty"
-        for entry in value:
-            if (problem := item(entry)) is not None:
-                return f"has {entry!r}, which {problem}"
-        return None
-
-    return check
 
 
 def val_batches(value: Any) -> str | None:
     """Lightning's limit_val_batches: a count ≥ 1, or a fraction of the split in (0, 1]."""
-    if _is_int(value) and value >= 1:
+    if is_int(value) and value >= 1:
         return None
     if isinstance(value, float) and 0.0 < value <= 1.0:
         return None
@@ -121,7 +40,7 @@ def val_batches(value: Any) -> str | None:
 def betas(value: Any) -> str | None:
     if not isinstance(value, list | tuple | ListConfig) or len(value) != 2:
         return "must be two numbers, e.g. [0.9,0.95]"
-    if any(not _is_number(b) or not 0.0 <= b < 1.0 for b in value):
+    if any(not is_number(b) or not 0.0 <= b < 1.0 for b in value):
         return "must be two numbers in [0, 1)"
     return None
 
@@ -133,7 +52,7 @@ def resume_setting(value: Any) -> str | None:
 
 
 def max_tokens_setting(value: Any) -> str | None:
-    if value is None or value == "auto" or (_is_int(value) and value >= 2):
+    if value is None or value == "auto" or (is_int(value) and value >= 2):
         return None
     return "must be a number of tokens ≥ 2, auto, or null (the whole split)"
 
@@ -203,43 +122,6 @@ EVAL_SCHEMA: dict[str, Check] = {
 }
 
 
-def check_schema(cfg: Any, schema: dict[str, Check]) -> None:
-    """Raise ConfigError for the first key whose value fails its check."""
-    for key, check in schema.items():
-        value = OmegaConf.select(cfg, key, default=_ABSENT) if _is_config(cfg) else _get(cfg, key)
-        if value is _ABSENT:
-            continue
-        if isinstance(value, DictConfig | ListConfig):
-            value = OmegaConf.to_container(value, resolve=True)
-        problem = check(value)
-        if problem is not None:
-            raise ConfigError(f"{key}={_show(value)} {problem}")
-
-
-def _is_config(cfg: Any) -> bool:
-    return isinstance(cfg, DictConfig)
-
-
-def _get(cfg: dict, key: str) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _ABSENT
-        node = node[part]
-    return node
-
-
-def _show(value: Any) -> str:
-    """A value as the user typed it on the command line (Hydra's syntax, not Python's)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ",".join(_show(v) for v in value) + "]"
-    return str(value)
-
-
 def eval_lengths(eval_cfg: Any, train_length: int) -> list[int]:
     if eval_cfg.lengths:
         key, given, lengths = "eval.lengths", list(eval_cfg.lengths), list(eval_cfg.lengths)
@@ -265,7 +147,7 @@ def check_eval_config(eval_cfg: Any) -> None:
         raise ConfigError(
             f"eval.pos_overrides={overrides!r} must be a mapping, e.g. {{beyond_table: clamp}}"
         )
-    from poslab.positions import eval_variant_options
+    from poslab.positions.rope_scaling import eval_variant_options
 
     eval_variant_options(eval_cfg)  # the eval-time variant's own options
     if eval_cfg.get("device") == "cuda":
@@ -289,10 +171,10 @@ def check_run_config(cfg: DictConfig) -> None:
         attention_config,
         build_scheme,
         gpt_config_of,
-        instantiate_checked,
         scheme_with_overrides,
     )
-    from poslab.positions import eval_overrides
+    from poslab.instantiate import instantiate_checked
+    from poslab.positions.rope_scaling import eval_overrides
     from poslab.precision import device_type_of
 
     path = cfg.data.get("path")
@@ -340,10 +222,3 @@ def check_run_config(cfg: DictConfig) -> None:
                     task.max_position(length) if reads_axes
                     else cfg.eval.position_offset + length - 1
                 )  # fmt: skip
-
-
-def require(key: str, value: Any, check: Check) -> None:
-    """One option checked where it is used (a scheme's constructor): ConfigError naming `key`."""
-    problem = check(value)
-    if problem is not None:
-        raise ConfigError(f"{key}={_show(value)} {problem}")

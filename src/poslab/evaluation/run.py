@@ -15,13 +15,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import load_checkpoint, read_checkpoint
+from poslab.checks import require
 from poslab.data import EOS, TokenCache
 from poslab.errors import NO_SPACE_ERRNOS, ConfigError
 from poslab.evaluation.perplexity import score
 from poslab.evaluation.report import markdown, metric_name, no_room_error, write_reports
-from poslab.positions import eval_overrides, eval_variant_label
+from poslab.positions.rope_scaling import eval_overrides, eval_variant_label
 from poslab.precision import AUTOCAST_DTYPE, resolve_precision
-from poslab.validate import check_eval_config, eval_lengths, max_tokens_setting, require
+from poslab.validate import check_eval_config, eval_lengths, max_tokens_setting
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import boolean, require
 from poslab.positions.base import PositionalScheme
-from poslab.validate import boolean, require
 
 
 def alibi_slopes(n_head: int) -> list[float]:

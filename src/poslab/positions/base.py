@@ -37,8 +37,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import integer, require
 from poslab.errors import ConfigError
-from poslab.validate import integer, require
 
 NEEDS = ("nothing", "bias", "scores")  # as poslab.attention.NEEDS
 POSITION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import integer, require
 from poslab.positions.base import PositionalScheme
-from poslab.validate import integer, require
 
 
 class CoPE(PositionalScheme):

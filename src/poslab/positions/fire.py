@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import boolean, integer, number, require
 from poslab.positions.base import PositionalScheme, fp32_positions
-from poslab.validate import boolean, integer, number, require
 
 # rows of the (rows × keys × width) hidden activations computed at once: about 64 MB in fp32
 HIDDEN_BYTES = 64 * 2**20

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import boolean, choice, require
 from poslab.positions.base import PositionalScheme
-from poslab.validate import boolean, choice, require
 
 VARIANTS = ("log", "power")
 EPS = 1e-2

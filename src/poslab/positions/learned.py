@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import integer, require
 from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme, Prepared
-from poslab.validate import integer, require
 
 BEYOND_TABLE = ("error", "clamp")
 

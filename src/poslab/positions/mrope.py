@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.checks import integer, require
 from poslab.errors import ConfigError
 from poslab.positions.rope import Rotary, rope_theta
-from poslab.validate import integer, require
 
 QWEN2_VL_SECTIONS = (16, 24, 24)  # of 64 pairs (head_dim 128): t, h, w
 

@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import boolean, number, require
 from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme, Prepared
 from poslab.positions.rope_scaling import RopeScaling
-from poslab.validate import boolean, number, require
 
 PAIRINGS = ("interleaved", "half")
 

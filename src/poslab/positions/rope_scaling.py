@@ -44,10 +44,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
+from poslab.checks import boolean, integer, number, require
 from poslab.errors import ConfigError
-from poslab.validate import boolean, integer, number, require
+from poslab.instantiate import scheme_options
 
 KINDS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "rerope")
 
@@ -191,3 +194,85 @@ def resolve_factor(kind: str, factor: Any, eval_length: int, train_length: int) 
         return max(1.0, eval_length / train_length)
     require("eval.rope_scaling.factor", factor, number(ge=1))
     return float(factor)
+
+
+# The eval-time variant asked for by an evaluation config (eval.rope_scaling, eval.logn_scaling)
+
+
+def eval_variant_options(eval_cfg: Any) -> dict[str, Any] | None:
+    """The eval-time RoPE context extension asked for (eval.rope_scaling, eval.logn_scaling),
+    checked, with `factor` as given (a number or `auto`); None when none is."""
+
+    eval_cfg = _plain(eval_cfg)
+    given = dict(eval_cfg.get("rope_scaling") or {})
+    logn = eval_cfg.get("logn_scaling", False)
+    require("eval.logn_scaling", logn, boolean())
+    for key, instead in (("logn", "eval.logn_scaling"), ("train_length", "nothing: it is the "
+                         "checkpoint's data.seq_len")):  # fmt: skip
+        if key in given:
+            raise ConfigError(f"eval.rope_scaling.{key} is not an option; set {instead}")
+    options = {**given, "logn": logn}
+    factor = options.get("factor", "auto")
+    if factor != "auto":  # checked now; `auto` is resolved per evaluation length
+        require("eval.rope_scaling.factor", factor, _factor_check)
+    try:
+        RopeScaling(**{**options, "factor": 1.0, "train_length": 1})  # every other option
+    except TypeError as err:
+        raise ConfigError(f"eval.rope_scaling: {err}") from None
+    return None if options.get("kind", "none") == "none" and not logn else options
+
+
+def _plain(cfg: Any) -> Any:
+
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def _factor_check(value: Any) -> str | None:
+
+    problem = number(ge=1)(value)
+    return None if problem is None else f"{problem} or auto (= eval length / training length)"
+
+
+def eval_variant_label(eval_cfg: Any) -> str:
+    """A short name of the eval-time variant for tables (`yarn s=auto +logn`), or ''."""
+    options = eval_variant_options(eval_cfg)
+    if options is None:
+        return ""
+
+    factor = options.get("factor", "auto")
+    shown = "auto" if factor == "auto" else f"{float(factor):g}"
+    return RopeScaling(**{**options, "factor": 1.0, "train_length": 1}).label(shown)
+
+
+def eval_overrides(
+    eval_cfg: Any, pos_cfg: dict[str, Any], length: int, train_length: int
+) -> dict[str, Any]:
+    """The scheme options an evaluation at `length` changes: eval.pos_overrides, plus the
+    `scaling` option of the eval-time RoPE context extension with its factor for this length
+    (left out where it is the identity: a factor of 1 for pi, ntk and yarn)."""
+
+    eval_cfg = _plain(eval_cfg)
+    overrides = dict(eval_cfg.get("pos_overrides") or {})
+    options = eval_variant_options(eval_cfg)
+    if options is None:
+        return overrides
+    scheme = get_class(pos_cfg["_target_"])
+    # a multi-axis rotary scheme (mrope, rope2d) inherits the option but refuses it: said here
+    # in the user's keys, not as the scheme's internal pos.scaling
+    multi_axis = "scaling" in scheme_options(pos_cfg) and not getattr(scheme, "eval_scaling", True)
+    if "scaling" not in scheme_options(pos_cfg) or multi_axis:
+        kind = options.get("kind", "none")
+        asked = [f"eval.rope_scaling.kind={kind}"] if kind != "none" else []
+        asked += ["eval.logn_scaling=true"] if options.get("logn") else []
+        why = ", whose rotary pairs each read one position axis" if multi_axis else ""
+        raise ConfigError(
+            f"{' and '.join(asked)}: eval.rope_scaling and eval.logn_scaling act on rotary "
+            f"schemes (rope, xpos), not on {scheme.__name__}{why}; set "
+            "eval.rope_scaling.kind=none and eval.logn_scaling=false"
+        )
+    factor = resolve_factor(options.get("kind", "none"), options.get("factor", "auto"), length,
+                            train_length)  # fmt: skip
+    scaling = {**options, "factor": factor, "train_length": train_length}
+    if not RopeScaling(**scaling).is_identity():  # the identity: the trained model itself
+        overrides["scaling"] = scaling
+    return overrides

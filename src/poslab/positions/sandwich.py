@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.checks import integer, require
 from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme, fp32_positions
-from poslab.validate import integer, require
 
 
 def _even(value: int | None) -> str | None:

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.checks import number, require
 from poslab.positions.base import PositionalScheme, Prepared, fp32_positions
-from poslab.validate import number, require
 
 
 def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from poslab.checks import boolean, integer, require
 from poslab.errors import ConfigError
 from poslab.positions.base import PositionalScheme
-from poslab.validate import boolean, integer, require
 
 
 def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:

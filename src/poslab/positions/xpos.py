@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from poslab.checks import number, require
 from poslab.errors import ConfigError
 from poslab.positions.base import Prepared
 from poslab.positions.rope import Rotary
-from poslab.validate import number, require
 
 # the largest decay factor that leaves fp16 q·k products headroom below its maximum (65504)
 FP16_SAFE_SCALE = 100.0

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from poslab.checks import integer, require
 from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
-from poslab.validate import integer, require
 
 
 class AssocRecall(Task):

@@ -13,8 +13,8 @@ import string
 
 import numpy as np
 
+from poslab.checks import integer, require
 from poslab.tasks.base import Example, Task
-from poslab.validate import integer, require
 
 
 class Copy(Task):

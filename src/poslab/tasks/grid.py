@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
+from poslab.checks import integer, list_of, require
 from poslab.tasks.base import Example, Task
-from poslab.validate import integer, list_of, require
 
 
 def grid_positions(length: int, side: int) -> np.ndarray:

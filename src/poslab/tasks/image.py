@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from poslab.checks import integer, require
 from poslab.errors import ConfigError
 from poslab.tasks.base import Example, Task
 from poslab.tasks.grid import grid_example
-from poslab.validate import integer, require
 
 
 def load_images(path: str | Path, holdout: int, cache_dir: str | None = None) -> dict[str, list]:

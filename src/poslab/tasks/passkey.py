@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from poslab.checks import integer, list_of, number, require
 from poslab.tasks.base import Example, Task
-from poslab.validate import integer, list_of, number, require
 
 FILLER = (
     "the grass is green . the sky is blue . the sun is yellow . here we go . there and back again ."
