@@ -6,7 +6,7 @@ score(q_m, k_n) += -slope_h · (m - n). Slopes follow the paper's rule for any h
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -33,6 +33,7 @@ def alibi_slopes(n_head: int) -> list[float]:
 
 class ALiBi(PositionalScheme):
     needs = "bias"
+    shift_invariant: ClassVar[bool] = True
 
     def __init__(
         self, d_model: int, n_head: int, learnable_slopes: bool = False, **common: Any

@@ -65,6 +65,9 @@ class PositionalScheme(nn.Module):
     needs: ClassVar[str] = "nothing"  # what the attention kernel must provide (NEEDS)
     reads_positions: ClassVar[bool] = True  # False: positions change nothing (nope)
     position_axes: ClassVar[int] = 0  # 0: one position per token; A: (…, T, A)
+    # True: attention depends on positions only through m − n, so shifting every position by the
+    # same offset changes nothing (the property tests check it, or check that the offset shows)
+    shift_invariant: ClassVar[bool] = False
 
     def __init__(
         self,

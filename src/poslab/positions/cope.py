@@ -14,7 +14,7 @@ CoPE needs the queries and the scores, so it runs with attention=blockwise.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,7 @@ from poslab.positions.base import PositionalScheme
 class CoPE(PositionalScheme):
     needs = "scores"
     reads_positions = False  # positions come from the content, not from the token index
+    shift_invariant: ClassVar[bool] = True
 
     def __init__(self, d_model: int, n_head: int, npos: int = 64, **common: Any) -> None:
         super().__init__(d_model, n_head, **common)

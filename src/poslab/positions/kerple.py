@@ -14,7 +14,7 @@ distance.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -28,6 +28,7 @@ EPS = 1e-2
 
 class Kerple(PositionalScheme):
     needs = "bias"
+    shift_invariant: ClassVar[bool] = True
 
     def __init__(
         self,

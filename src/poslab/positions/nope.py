@@ -9,3 +9,4 @@ class NoPositions(PositionalScheme):
     """All hooks are the identity (inherited from the base class)."""
 
     reads_positions = False
+    shift_invariant = True

@@ -18,7 +18,7 @@ e^{i·m·θ}): about 4× faster on a CPU than rotating the halves of each pair s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -68,6 +68,7 @@ THETA_PARAMS = ("raw", "log")
 
 class Rotary(PositionalScheme):
     eval_scaling = True  # takes eval.rope_scaling / eval.logn_scaling (its `scaling` option)
+    shift_invariant: ClassVar[bool] = True
 
     def __init__(
         self,

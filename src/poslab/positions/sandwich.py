@@ -12,7 +12,7 @@ null).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -30,6 +30,7 @@ def _even(value: int | None) -> str | None:
 
 class Sandwich(PositionalScheme):
     needs = "bias"
+    shift_invariant: ClassVar[bool] = True
 
     def __init__(self, d_model: int, n_head: int, dim: int | None = None, **common: Any) -> None:
         super().__init__(d_model, n_head, **common)

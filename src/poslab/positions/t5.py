@@ -8,7 +8,7 @@ T5), or one per layer with `per_layer=true`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +31,7 @@ def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) 
 
 class T5Bias(PositionalScheme):
     needs = "bias"
+    shift_invariant: ClassVar[bool] = True
 
     def __init__(
         self,
