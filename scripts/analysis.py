@@ -9,10 +9,10 @@ python scripts/analysis.py attention RUN_OR_CKPT ... --factor 4 --windows 4
 Bad input (an unknown analysis, a missing checkpoint, the checkpoint of a generated task for
 `attention`, an --out that cannot be written) ends with one `error: ...` line on stderr and exit
 code 2, before any model runs; the output folder is made only once there is something to write.
-See poslab/analysis.py for what each analysis computes.
+See the poslab.analysis package (src/poslab/analysis/) for what each analysis computes.
 """
 
-from poslab.analysis import main
+from poslab.analysis.cli import main
 
 if __name__ == "__main__":
     main()

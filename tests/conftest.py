@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 import random
+import resource
+import shutil
 import subprocess
+import sys
 import time
+import traceback
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -100,12 +108,33 @@ def train_in_process(scheme: str, corpus: Path, out_dir: Path, extra: list[str] 
     return run_training(cfg)
 
 
+class TrainedRuns(Mapping):
+    """scheme -> (run folder, final metrics) of one tiny training run per scheme (real Trainer,
+    checkpoints and eval files on disk), each trained the first time it is asked for: a test
+    that needs two schemes' runs does not wait for every scheme's."""
+
+    def __init__(self, corpus: Path, root: Path) -> None:
+        self.corpus, self.root, self.runs = corpus, root, {}
+
+    def __getitem__(self, scheme: str) -> tuple[Path, dict]:
+        if scheme not in SCHEMES:
+            raise KeyError(scheme)
+        if scheme not in self.runs:
+            out = self.root / scheme
+            self.runs[scheme] = (out, train_in_process(scheme, self.corpus, out))
+        return self.runs[scheme]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SCHEMES)
+
+    def __len__(self) -> int:
+        return len(SCHEMES)
+
+
 @pytest.fixture(scope="session")
-def trained_runs(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
-    """One tiny training run per scheme (real Trainer, checkpoints and eval files on disk):
-    scheme -> (run folder, final metrics)."""
-    root = tmp_path_factory.mktemp("runs")
-    return {s: (root / s, train_in_process(s, corpus, root / s)) for s in SCHEMES}
+def trained_runs(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> TrainedRuns:
+    """One tiny training run per scheme: scheme -> (run folder, final metrics)."""
+    return TrainedRuns(corpus, tmp_path_factory.mktemp("runs"))
 
 
 def contract_problems(result: subprocess.CompletedProcess, expected: str, out: Path) -> list[str]:
@@ -150,3 +179,217 @@ def race_two_processes(args: list[str], tmp_path: Path) -> list[tuple[str, str]]
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
     return outputs
+
+
+# ---------------------------------------------------------------------------------------------
+# the commands, in-process: train.py and eval.py through the entry() they call, the scripts
+# through their main()
+
+
+def run_in_process(app: str, args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch,
+                   capfd: pytest.CaptureFixture) -> subprocess.CompletedProcess:  # fmt: skip
+    """`python train.py ARGS` (app "train"), `python eval.py ARGS` ("eval") or `python
+    scripts/APP ARGS` ("benchmark.py", "compare.py", "analysis.py") run in this process, from
+    `cwd`, through the function the command calls: its exit code (SystemExit; an uncaught
+    exception is 1 with its traceback on stderr, as a process would show it), stdout and
+    stderr. Hydra's global state, the root logger's handlers and sys.argv are put back after."""
+    if app in ("train", "eval"):
+        from poslab.apps import evaluate, train
+
+        script, call = str(REPO / f"{app}.py"), {"train": train.entry, "eval": evaluate.entry}[app]
+    else:
+        script = str(REPO / "scripts" / app)
+        monkeypatch.syspath_prepend(str(REPO / "scripts"))  # as `python scripts/APP` has it
+        call = _script_main(app)
+    GlobalHydra.instance().clear()
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # run_app sets it to 1; monkeypatch puts it back
+    monkeypatch.chdir(cwd)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    capfd.readouterr()
+    code = 0
+    try:
+        call()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        GlobalHydra.instance().clear()
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess([script, *args], code, out, err)
+
+
+def _script_main(app: str):  # noqa: ANN202
+    """The main() scripts/APP calls (benchmark.py's lives in the script itself)."""
+    if app == "compare.py":
+        from poslab.evaluation.compare import main
+
+        return main
+    if app == "analysis.py":
+        from poslab.analysis import main
+
+        return main
+    assert app == "benchmark.py", app
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("poslab_benchmark_script", REPO / "scripts" / app)
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module.main
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs of the bad-input tables (tests/bad_inputs.py), made once per session
+
+# a validation split of 8 tokens (7 words of the corpus' vocabulary and <eos>)
+SHORT_VALID = " the a1 n1 v1 the n2 . \n"
+
+
+@pytest.fixture(scope="session")
+def bad_corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Corpora with one bad split each: binary, not UTF-8, only blank lines, shorter than a
+    window, a folder, a broken symlink, an empty train split; a random file as a checkpoint."""
+    root = tmp_path_factory.mktemp("bad_corpora")
+    binary = make_corpus(root / "binary", n_train=50, n_valid=10)
+    (binary / "train.txt").write_bytes(bytes(range(256)) * 40)
+    latin1 = make_corpus(root / "latin1", n_train=50, n_valid=10)
+    (latin1 / "valid.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+    blank = make_corpus(root / "blank", n_train=50, n_valid=10)
+    (blank / "valid.txt").write_text("\n \n\t\n")
+    short = make_corpus(root / "short", n_train=200, n_valid=10)
+    (short / "valid.txt").write_text(SHORT_VALID)
+    vdir = make_corpus(root / "vdir", n_train=50, n_valid=10)
+    (vdir / "valid.txt").unlink()
+    (vdir / "valid.txt").mkdir()
+    vlink = make_corpus(root / "vlink", n_train=50, n_valid=10)
+    (vlink / "valid.txt").unlink()
+    (vlink / "valid.txt").symlink_to(root / "missing.txt")
+    tdir = make_corpus(root / "tdir", n_train=50, n_valid=10)
+    (tdir / "train.txt").unlink()
+    (tdir / "train.txt").mkdir()
+    tempty = make_corpus(root / "tempty", n_train=50, n_valid=10)
+    (tempty / "train.txt").write_text("")
+    random_ckpt = root / "random.ckpt"
+    random_ckpt.write_bytes(os.urandom(4096))
+    return {"binary": binary, "latin1": latin1, "blank": blank, "short": short, "vdir": vdir,
+            "vlink": vlink, "tdir": tdir, "tempty": tempty, "missing": root / "missing.txt",
+            "random": random_ckpt}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def mrope_runs(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A 4-step mrope run (best.ckpt and last.ckpt), and a copy whose last.ckpt is cut to half
+    its bytes (a save or a copy that stopped part-way)."""
+    root = tmp_path_factory.mktemp("mrope_runs")
+    short_run = ["trainer.max_steps=4", "trainer.val_check_interval=2", "eval.after_train=false"]
+    train_in_process("mrope", corpus, root / "mrope", short_run)
+    shutil.copytree(root / "mrope", root / "cut")
+    last = root / "cut" / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    return {"mrope": root / "mrope", "cut": root / "cut"}
+
+
+@pytest.fixture(scope="session")
+def task_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny passkey run (2 steps; no evaluation after training)."""
+    from poslab.training import run_training
+
+    out = tmp_path_factory.mktemp("task") / "passkey"
+    run_training(compose_train([
+        "data=passkey", "pos=rope", "model=tiny", "data.seq_len=32", "data.batch_size=8",
+        "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.enable_progress_bar=false",
+        "optim.warmup_steps=1", "data.val_examples=8", "logger=none", "eval.after_train=false",
+    ], out))  # fmt: skip
+    return out
+
+
+def case_values(request: pytest.FixtureRequest, templates: tuple[str, ...]) -> dict[str, str]:
+    """The {names} of the train.py / eval.py table templates (tests/bad_inputs.py), from the
+    fixtures that make them; only those a case names are made."""
+    import string
+
+    names = {f for t in templates for _, f, _, _ in string.Formatter().parse(t) if f}
+    names.add("corpus")  # every training case reads it
+    values = {}
+    for name in names - {"out"}:
+        if name == "corpus":
+            values[name] = str(request.getfixturevalue("corpus"))
+        elif name == "file":
+            values[name] = str(request.getfixturevalue("corpus") / "train.txt")
+        elif name == "task":
+            values[name] = str(request.getfixturevalue("task_run"))
+        elif name in ("learned", "rope"):
+            values[name] = str(request.getfixturevalue("trained_runs")[name][0])
+        elif name in ("mrope", "cut"):
+            values[name] = str(request.getfixturevalue("mrope_runs")[name])
+        else:
+            values[name] = str(request.getfixturevalue("bad_corpora")[name])
+    return values
+
+
+def result_rows() -> list[dict]:
+    """Three rows of one run as eval.py writes them (the fields compare.py reads)."""
+    return [
+        {"scheme": "rope", "train_length": 16, "mode": "nonoverlapping", "split": "validation",
+         "length": n, "factor": n / 16, "status": "ok", "loss": 3.0, "ppl": 20.0}
+        for n in (16, 32, 64)
+    ]  # fmt: skip
+
+
+def write_results(folder: Path, rows: list[dict]) -> Path:
+    path = folder / "extrapolation" / "extrapolation.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(rows))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def script_inputs(tmp_path_factory: pytest.TempPathFactory, task_run: Path) -> dict[str, Path]:
+    """Inputs a new user might pass the scripts by mistake: hand-edited results, a regular file,
+    an empty folder, a checkpoint of a generated task, one whose corpus was deleted."""
+    root = tmp_path_factory.mktemp("inputs")
+    good = result_rows()
+    abc, negative, missing = result_rows(), result_rows(), result_rows()
+    abc[1]["length"], negative[1]["length"] = "abc", -5
+    del missing[2]["length"]
+    gone = make_corpus(root / "gone_corpus", n_train=200, n_valid=40)
+    train_in_process("rope", gone, root / "corpus_gone",
+                     ["trainer.max_steps=2", "eval.after_train=false", "logger=none"])  # fmt: skip
+    shutil.rmtree(gone)
+    (root / "empty_folder").mkdir()
+    (root / "file").write_text("not a checkpoint, not results\n")
+    return {
+        "good": write_results(root / "good", good),
+        "length_abc": write_results(root / "length_abc", abc),
+        "length_negative": write_results(root / "length_negative", negative),
+        "length_missing": write_results(root / "length_missing", missing),
+        "results": root / "good",
+        "task": task_run,
+        "corpus_gone": root / "corpus_gone",
+        "gone": gone,
+        "empty_folder": root / "empty_folder",
+        "file": root / "file",
+    }
+
+
+@contextlib.contextmanager
+def file_size_limit(n: int) -> Iterator[None]:
+    """In this process, no file grows past `n` bytes while the block runs (RLIMIT_FSIZE's soft
+    limit, restored after): a real EFBIG, as a full disk gives ENOSPC."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (n, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))

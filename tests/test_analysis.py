@@ -26,7 +26,7 @@ from poslab.analysis import (
     yarn_ramp,
 )
 from poslab.build import build_model
-from poslab.data import TokenCache
+from poslab.data.cache import TokenCache
 from poslab.positions import scheme_configs
 from poslab.positions.rope import rope_theta
 from poslab.positions.sinusoidal import SinusoidalPositions

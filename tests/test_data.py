@@ -8,22 +8,16 @@ import logging
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import WIKITEXT2, make_corpus, race_two_processes
+from conftest import WIKITEXT2, make_corpus
 
-from poslab.data import (
-    LMDataModule,
-    TokenCache,
-    TokenWindows,
-    file_sha256,
-    local_split_files,
-    read_corpus,
-)
+from poslab.data.cache import TokenCache
+from poslab.data.corpus import file_sha256, local_split_files, read_corpus
+from poslab.data.text import LMDataModule, TokenWindows
 from poslab.errors import ConfigError
 
 
@@ -155,9 +149,9 @@ def test_file_that_is_not_utf8_is_one_clear_error(corpus, tmp_path):
 
 
 def test_utf8_check_follows_characters_across_read_chunks(tmp_path):
-    import poslab.data
+    import poslab.data.corpus
 
-    chunk = poslab.data._READ_CHUNK
+    chunk = poslab.data.corpus._READ_CHUNK
     text = tmp_path / "text.txt"
     # a 3-byte character cut by the chunk boundary is fine...
     text.write_bytes(b"a" * (chunk - 1) + "€\n".encode() + b"b\n")
@@ -257,38 +251,6 @@ def test_cache_without_input_checksums_is_rebuilt(corpus, tmp_path, caplog):
             corpus / "train.txt"
         )
     assert "rebuilding the token cache" in caplog.text
-
-
-STALE_RACE = r"""
-import hashlib, logging, sys, time
-from pathlib import Path
-logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
-from poslab.data import TokenCache
-corpus, cache_dir, ready, go = sys.argv[1:5]
-Path(ready).touch()
-while not Path(go).exists():  # both processes ask for the cache at the same moment
-    time.sleep(0.001)
-cache = TokenCache("race", path=corpus, cache_dir=cache_dir)
-ids = cache.split("validation").ids
-print(cache.meta()["inputs"]["files"]["validation"]["sha256"], hashlib.sha256(ids).hexdigest())
-"""
-
-
-def test_two_processes_on_a_stale_cache_rebuild_it_once(corpus, tmp_path):
-    """Both see a cache built from other contents; one rebuilds it, the other waits and reads."""
-    data = copy_corpus(corpus, tmp_path / "data")
-    cache_dir = tmp_path / "cache"
-    TokenCache("race", path=str(data), cache_dir=str(cache_dir)).meta()
-    valid = data / "valid.txt"
-    stat = valid.stat()
-    valid.write_text(valid.read_text().replace(" the ", " a10 ", 1))  # same size, other text
-    os.utime(valid, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    args = [sys.executable, "-c", STALE_RACE, str(data), str(cache_dir)]
-    outputs = race_two_processes(args, tmp_path)
-    # both read the same cache, rebuilt from the file as it is now
-    assert outputs[0][0] == outputs[1][0] and outputs[0][0].split()[0] == file_sha256(valid)
-    logs = "".join(err for _, err in outputs)
-    assert logs.count("rebuilding the token cache") == 1 and logs.count("tokenizing") == 1, logs
 
 
 def test_windows_are_contiguous_and_shifted():

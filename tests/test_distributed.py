@@ -3,23 +3,19 @@ racing processes, and a real 2-process DDP run of train.py on CPUs (gloo)."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, TINY, compose_train, make_corpus, race_two_processes
+from conftest import TINY, compose_train, run_in_process
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import OmegaConf, open_dict, read_write
 
-from poslab.data import TokenCache
+from poslab.data.cache import TokenCache
 from poslab.errors import ConfigError
 from poslab.training import max_steps_for, run_training, world_size_for
 
@@ -132,13 +128,11 @@ def test_fsdp_on_cpus_is_one_clear_error_before_any_work(monkeypatch, corpus, tm
     assert not cache.exists()
 
 
-def test_fsdp_on_cpus_cli_says_so_in_one_line(tmp_path):
+def test_fsdp_on_cpus_cli_says_so_in_one_line(tmp_path, monkeypatch, capfd):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA GPUs")
-    result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "trainer=fsdp", "model=tiny", "logger=csv"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = run_in_process("train", ["trainer=fsdp", "model=tiny", "logger=csv"], tmp_path,
+                            monkeypatch, capfd)  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: trainer=fsdp needs CUDA GPUs; use trainer=ddp on CPUs"
@@ -170,42 +164,12 @@ def test_local_sweep_with_ddp_subprocesses_is_refused(corpus, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # the token cache: one build, whoever comes first
 
-RACE = r"""
-import hashlib, json, logging, sys, time
-from pathlib import Path
-logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
-from poslab.data import TokenCache
-corpus, cache_dir, ready, go = sys.argv[1:5]
-Path(ready).touch()
-while not Path(go).exists():  # both processes ask for the cache at the same moment
-    time.sleep(0.001)
-cache = TokenCache("race", path=corpus, cache_dir=cache_dir)
-digest = hashlib.sha256(json.dumps(cache.meta(), sort_keys=True).encode())
-for split in ("train", "validation", "test"):
-    for array in vars(cache.split(split)).values():
-        digest.update(array.tobytes())
-print(digest.hexdigest())
-"""
-
-
-def test_two_processes_on_a_fresh_cache_build_it_once(tmp_path):
-    corpus = make_corpus(tmp_path / "corpus", n_train=3000)
-    cache_dir = tmp_path / "cache"
-    args = [sys.executable, "-c", RACE, str(corpus), str(cache_dir)]
-    outputs = race_two_processes(args, tmp_path)
-    digests = [out.strip() for out, _ in outputs]
-    assert len(digests[0]) == 64 and digests[0] == digests[1]
-    logs = "".join(err for _, err in outputs)
-    assert logs.count("tokenizing") == 1, logs  # the other process waited, then read
-    again = TokenCache("race", path=str(corpus), cache_dir=str(cache_dir))
-    assert again.complete and again.lock_file.parent == cache_dir
-
 
 def test_cache_builds_without_file_locks(monkeypatch, corpus, tmp_path):
     """Where fcntl is missing (Windows) the cache still builds, just without the lock."""
-    import poslab.data
+    import poslab.data.cache
 
-    monkeypatch.setattr(poslab.data, "fcntl", None)
+    monkeypatch.setattr(poslab.data.cache, "fcntl", None)
     cache = TokenCache("nolock", path=str(corpus), cache_dir=str(tmp_path))
     assert cache.meta()["splits"]["train"]["tokens"] > 0 and cache.complete
     assert not cache.lock_file.exists()
@@ -213,55 +177,3 @@ def test_cache_builds_without_file_locks(monkeypatch, corpus, tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # a real DDP run: python train.py trainer=ddp trainer.devices=2 trainer.accelerator=cpu
-
-
-def run_ranks(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run train.py in its own process group, so a timeout also ends the ranks it started."""
-    proc = subprocess.Popen(
-        [sys.executable, *args], cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"train.py with 2 DDP ranks timed out:\n{err[-3000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def test_ddp_on_two_cpu_processes_splits_the_data_and_agrees_on_the_weights(corpus, tmp_path):
-    run = tmp_path / "run"
-    env = {"POSLAB_CACHE": str(tmp_path / "cache")}  # a fresh cache
-    if sys.platform == "linux":
-        env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
-    result = run_ranks(
-        [str(REPO / "train.py"), "pos=alibi", f"data.path={corpus}", *TINY, "trainer=ddp",
-         "trainer.accelerator=cpu", "trainer.devices=2", "train.max_tokens=4096",
-         "eval.factors=[1,2]", "eval.modes=[nonoverlapping]", "eval.max_tokens=500",
-         "++train.fingerprints=true", f"hydra.run.dir={run}"],
-        tmp_path, env,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    ranks = [json.loads((run / "fingerprints" / f"rank{k}.json").read_text()) for k in (0, 1)]
-
-    # the budget counts both processes: 4096 tokens = 8 steps × 2 ranks × 16 × 16 tokens
-    for k, rank in enumerate(ranks):
-        assert (rank["global_rank"], rank["world_size"]) == (k, 2)
-        assert rank["global_step"] == rank["batches"] == 8 and rank["tokens"] == 2048
-    # each rank read its own batches (DistributedSampler) ...
-    assert ranks[0]["batches_digest"] != ranks[1]["batches_digest"]
-    assert not set(ranks[0]["batch_digests"]) & set(ranks[1]["batch_digests"])
-    # ... and they started from, and ended with, bitwise identical weights
-    assert ranks[0]["params_start"] == ranks[1]["params_start"]
-    assert ranks[0]["params_end"] == ranks[1]["params_end"] != ranks[0]["params_start"]
-
-    # one run folder for both ranks: rank 1 logs beside rank 0, nothing lands elsewhere
-    assert (run / "train.log").is_file() and (run / "train_ddp_process_1.log").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "run"]
-    assert (run / "checkpoints" / "best.ckpt").is_file()
-    # the corpus was tokenized once; only rank 0 ran the after-training evaluation
-    assert (result.stdout + result.stderr).count("tokenizing") == 1
-    assert (run / "extrapolation" / "extrapolation.json").is_file()
-    assert "[poslab.evaluation" in (run / "train.log").read_text()  # its loggers' lines
-    assert "[poslab.evaluation" not in (run / "train_ddp_process_1.log").read_text()

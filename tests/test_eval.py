@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CONF, REPO
+from conftest import CONF, run_in_process
 from omegaconf import OmegaConf
 
 import poslab.attention
 import poslab.evaluation.run
 from poslab.attention import SDPA
-from poslab.data import TokenizedSplit
+from poslab.data.tokens import TokenizedSplit
 from poslab.errors import ConfigError
 from poslab.evaluation.compare import compare, shape_checks
 from poslab.evaluation.perplexity import make_windows, score
@@ -259,13 +257,12 @@ def test_shape_checks_follow_the_paper():
     assert all(line.startswith("- [ ]") for line in bad)
 
 
-def test_eval_py_cli_prints_the_table(trained_runs, tmp_path):
+def test_eval_py_cli_prints_the_table(trained_runs, tmp_path, monkeypatch, capfd):
     run, _ = trained_runs["rope"]
-    result = subprocess.run(
-        [sys.executable, str(REPO / "eval.py"), f"run={run}", "eval.max_tokens=800",
-         "eval.factors=[1,16]", "eval.modes=[nonoverlapping,sliding]", f"out_dir={tmp_path}",
-         "wandb=false"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    result = run_in_process(
+        "eval", [f"run={run}", "eval.max_tokens=800", "eval.factors=[1,16]",
+                 "eval.modes=[nonoverlapping,sliding]", f"out_dir={tmp_path}", "wandb=false"],
+        tmp_path, monkeypatch, capfd,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| nonoverlapping |" in result.stdout and "| sliding |" in result.stdout
@@ -275,10 +272,7 @@ def test_eval_py_cli_prints_the_table(trained_runs, tmp_path):
     (tmp_path / "foreign.ckpt").write_bytes(b"not a checkpoint")
     cases = (("missing.ckpt", "does not exist"), ("foreign.ckpt", "is corrupt or incomplete"))
     for name, message in cases:
-        bad = subprocess.run(
-            [sys.executable, str(REPO / "eval.py"), f"ckpt={tmp_path / name}"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+        bad = run_in_process("eval", [f"ckpt={tmp_path / name}"], tmp_path, monkeypatch, capfd)
         assert bad.returncode == 2 and message in bad.stderr
         assert "Traceback" not in bad.stderr
 

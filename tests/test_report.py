@@ -6,12 +6,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+from conftest import run_in_process
 
 from poslab.errors import ConfigError
 from poslab.evaluation.compare import compare, shape_checks
@@ -255,17 +254,11 @@ def test_compare_errors_name_the_folder(tmp_path):
 
 
 @pytest.mark.parametrize("what", ["empty", "missing"])
-def test_compare_script_on_no_results_exits_2_with_one_line(tmp_path, what):
+def test_compare_script_on_no_results_exits_2_with_one_line(tmp_path, what, monkeypatch, capfd):
     folder = tmp_path / "results"
     if what == "empty":
         folder.mkdir()
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "compare.py"), str(folder)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    result = run_in_process("compare.py", [str(folder)], tmp_path, monkeypatch, capfd)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr

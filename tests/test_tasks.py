@@ -4,13 +4,11 @@ oracle and at chance, the data module's targets, and real training runs on each 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, compose_train
+from conftest import compose_train, run_in_process
 from omegaconf import OmegaConf
 
 from poslab.errors import ConfigError
@@ -213,12 +211,11 @@ def test_task_runs_of_two_seeds_merge_into_mean_and_sd_with_a_heatmap(tmp_path):
         (["data=assoc_recall", "data.task.queries=20"], "keys ≥ pairs ≥ queries"),
     ],
 )
-def test_bad_task_input_on_the_command_line_is_one_line(overrides, message, tmp_path):
+def test_bad_task_input_on_the_command_line_is_one_line(overrides, message, tmp_path,
+                                                       monkeypatch, capfd):  # fmt: skip
     out = tmp_path / "run"
-    result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *overrides, "model=tiny", "logger=none",
-         f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+    args = [*overrides, "model=tiny", "logger=none", f"hydra.run.dir={out}"]
+    result = run_in_process("train", args, tmp_path, monkeypatch, capfd)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
@@ -335,11 +332,9 @@ def test_training_on_images_evaluates_larger_grids(tmp_path):
         (["data=image", "data.task.path=/no/such/images"], "data.task.path=/no/such/images is not"),
     ],
 )
-def test_bad_image_input_is_one_line(overrides, message, tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *overrides, "pos=rope2d", "model=tiny",
-         "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
-        timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+def test_bad_image_input_is_one_line(overrides, message, tmp_path, monkeypatch, capfd):
+    result = run_in_process("train", [*overrides, "pos=rope2d", "model=tiny", "logger=none",
+                                      f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, monkeypatch,
+                            capfd)  # fmt: skip
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from poslab.checks import number, require
+from poslab.checks import integer, number, require
 from poslab.errors import ConfigError
 from poslab.precision import compute_dtype
 
@@ -193,8 +193,7 @@ class AttentionKernel:
     rotates_inside: bool = False
 
     def __init__(self, block_size: int = 1024) -> None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ConfigError(f"attention.block_size={block_size} must be an integer ≥ 1")
+        require("attention.block_size", block_size, integer(1))
         self.block_size = block_size
 
     @classmethod
@@ -223,9 +222,16 @@ class AttentionKernel:
         return None
 
     def __call__(
-        self, q: Tensor, k: Tensor, v: Tensor, pos: Any, prepared: Any, state: Any, layer: int,
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        pos: Any,
+        prepared: Any,
+        state: Any,
+        layer: int,
         dropout_p: float,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         raise NotImplementedError
 
 
@@ -245,10 +251,13 @@ class SDPA(AttentionKernel):
 
     def _bias(self, pos: Any, prepared: Any, dtype: torch.dtype, layer: int) -> CausalBias:
         return CausalBias(
-            _bias_fn(pos, layer), prepared.fp32, pos.n_head,
-            compute_dtype(dtype, prepared.fp32.device.type), self.block_size,
+            _bias_fn(pos, layer),
+            prepared.fp32,
+            pos.n_head,
+            compute_dtype(dtype, prepared.fp32.device.type),
+            self.block_size,
             self.full_bias_bytes,
-        )  # fmt: skip
+        )
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
         if pos.needs == "bias" and not pos.per_layer:  # one bias for every layer
@@ -287,9 +296,14 @@ class Blockwise(AttentionKernel):
                 )
             elif pos.needs == "scores":
                 scores = pos.modify_scores(
-                    scores, q_block, keys, future, positions[..., start:end],
-                    positions[..., :end], layer,
-                )  # fmt: skip
+                    scores,
+                    q_block,
+                    keys,
+                    future,
+                    positions[..., start:end],
+                    positions[..., :end],
+                    layer,
+                )
             return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
 
     def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
@@ -328,7 +342,7 @@ class Auto(AttentionKernel):
 
     def __init__(self, block_size: int = 1024, full_bias_mib: float = 256) -> None:
         super().__init__(block_size)
-        require("attention.full_bias_mib", full_bias_mib, number(ge=0))  # now, not at check()
+        require("attention.full_bias_mib", full_bias_mib, number(ge=0))  # at once, not at check()
         self.options = {"block_size": block_size, "full_bias_mib": full_bias_mib}
         self.chosen: AttentionKernel | None = None
 
@@ -358,5 +372,7 @@ def kernel_from_legacy(model_cfg: dict[str, Any]) -> dict[str, Any]:
     (model.attention, model.attn_block_size)."""
     name = model_cfg.get("attention", "auto")
     target = {"auto": Auto, "sdpa": SDPA, "blockwise": Blockwise, "flex": Flex}[name]
-    return {"_target_": f"{__name__}.{target.__name__}",
-            "block_size": model_cfg.get("attn_block_size", 1024)}  # fmt: skip
+    return {
+        "_target_": f"{__name__}.{target.__name__}",
+        "block_size": model_cfg.get("attn_block_size", 1024),
+    }

@@ -218,7 +218,15 @@ def load_checkpoint(
     `pos_overrides` changes options of the positional scheme before the model is rebuilt (for
     eval-time variants such as `beyond_table=clamp`); the weights must still fit.
     """
-    ckpt = read_checkpoint(path, map_location)
+    return model_from_checkpoint(read_checkpoint(path, map_location), path, pos_overrides)
+
+
+def model_from_checkpoint(
+    ckpt: dict[str, Any], path: str | Path, pos_overrides: dict[str, Any] | None = None
+) -> tuple[GPT, dict[str, Any]]:
+    """load_checkpoint from a checkpoint already read (read_checkpoint): an evaluation builds
+    one model per set of eval-time options from one read of the file (`path` names it in
+    errors)."""
     hparams = ckpt["hyper_parameters"]
     config, vocab_size = hparams["config"], hparams["vocab_size"]
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}

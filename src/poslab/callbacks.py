@@ -213,9 +213,13 @@ class LastCheckpoint(Checkpoint):
                 signal.signal(signum, self._on_signal)
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._between_steps = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
         if not self._between_steps:
             return  # inside an accumulation: no optimizer step was taken

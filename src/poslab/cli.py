@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import json
 import logging
 import os
 import re
@@ -29,14 +28,13 @@ import shlex
 import shutil
 import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from hydra.experimental.callback import Callback
 
+from poslab import run_folder
 from poslab.errors import (
     EXIT_BAD_INPUT,
     NO_SPACE_ERRNOS,
@@ -45,147 +43,24 @@ from poslab.errors import (
     RunInterrupted,
     report,
 )
-
-try:  # POSIX; elsewhere runs go unlocked
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
+from poslab.run_folder import (
+    PENDING_CONFIG,
+    STATUS_KEYS,
+    RunLock,
+    in_multirun,
+    is_main_process,
+    pending_record,
+    read_status,
+    resume_command,
+    run_dir,
+    untouched,
+    write_status,
+)
 
 log = logging.getLogger(__name__)
 
-# where Hydra records a training command (hydra.output_subdir, one per process:
-# .hydra-pending-<uid>) until the run takes its folder
-PENDING_CONFIG = ".hydra-pending"
-LOCK_FILE = ".lock"
-# what Hydra (and the lock) put in a run folder before the task starts; a folder holding
-# nothing else has seen no work yet
-HYDRA_FILES = {".hydra", PENDING_CONFIG, LOCK_FILE, "train.log", "eval.log"}
-STATUS_FILE = "status.json"
-# what status.json says about the run's state (the rest are its metrics)
-STATUS_KEYS = {"status", "time", "phase", "step", "resume", "resumed_from", "error"}
 # the command line as the user typed it (before resume= rewrote it): sweeps print it back
 _ORIGINAL_ARGV: list[str] = []
-# the folder this job has taken (claim_run_folder); None while it may still be refused
-_claimed: Path | None = None
-
-
-def run_dir() -> Path:
-    """This job's output folder (Hydra's), or the current folder outside Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return Path.cwd()
-
-
-def in_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def write_status(folder: Path, status: str, name: str = STATUS_FILE, **details: Any) -> None:
-    """<run>/status.json: running | completed | interrupted | failed, with details (step, error,
-    the command that resumes it). Written through a temporary file, so it is never half-written.
-    On a full disk, where no new file fits, the old one is overwritten in place (its disk block
-    is already allocated), so a run that fails for lack of space still says `failed`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    payload = {"status": status, "time": time.strftime("%Y-%m-%d %H:%M:%S"), **details}
-    data = (json.dumps(payload, indent=1) + "\n").encode()
-    tmp = folder / f".{name}.{os.getpid()}.tmp"
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, folder / name)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        if err.errno not in NO_SPACE_ERRNOS or not (folder / name).is_file():
-            raise
-        with open(folder / name, "r+b") as f:
-            f.write(data)
-            f.truncate()
-
-
-def read_status(folder: Path) -> dict[str, Any]:
-    """<run>/status.json as a dict ({} where there is none or it cannot be read)."""
-    try:
-        return json.loads((folder / STATUS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def is_main_process() -> bool:
-    """False in the extra processes a multi-process launcher starts (they share rank 0's run
-    folder and must neither lock nor claim it)."""
-    ranks = ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
-             "PMI_RANK")  # Lightning's launcher, torchrun, SLURM's srun, MPI  # fmt: skip
-    return all(os.environ.get(k, "0") in ("", "0") for k in ranks)
-
-
-class RunLock:
-    """An exclusive lock on `<run>/.lock` for as long as a training process uses the folder: two
-    `resume=` of one run would both train it (doubled work, best-v1.ckpt, best-v2.ckpt). The OS
-    drops the lock when the process ends, even by SIGKILL, so a killed run never blocks its
-    resume. The file holds the holder's pid, for the refusal line."""
-
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / LOCK_FILE
-        self.fd: int | None = None
-        self.created = False
-        self.previous = b""  # the file's content before this process wrote its pid
-
-    def acquire(self) -> None:
-        if fcntl is None:
-            return
-        self.created = not self.path.exists()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            self.created = False
-            raise RunBusy(
-                f"{self.path.parent} is in use by another training process (pid {holder}); wait "
-                f"for it to end, or stop it (kill {holder}) and run this again"
-            ) from None
-        self.previous = os.read(fd, 32)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
-
-    def put_back(self) -> None:
-        """Leave the lock file as this process found it (it was refused: it did no work)."""
-        if self.fd is None:
-            return
-        if self.created:
-            self.path.unlink(missing_ok=True)
-        else:
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, self.previous, 0)
-
-    def release(self) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-
-
-def claim_run_folder(folder: Path) -> None:
-    """The run passed its checks and takes its folder: Hydra's record of this command
-    (.hydra-pending/) becomes the run's .hydra/, and the temporaries a killed writer left are
-    removed (the lock says no other process writes here). From now on a failure is the run's
-    own and is written to its status.json."""
-    global _claimed
-    pending = pending_record(folder)
-    if pending.is_dir():
-        (folder / ".hydra").mkdir(exist_ok=True)
-        for path in pending.iterdir():
-            os.replace(path, folder / ".hydra" / path.name)
-        shutil.rmtree(pending, ignore_errors=True)
-    for stale in [*folder.glob(".*.tmp"), *(folder / "checkpoints").glob(".*.tmp")]:
-        stale.unlink(missing_ok=True)
-    _claimed = folder
 
 
 def os_error_line(err: OSError) -> str | None:
@@ -216,27 +91,6 @@ def log_to_file(line: str) -> None:
                 handler.release()
 
 
-def _untouched(folder: Path) -> bool:
-    """True when the folder holds only what Hydra wrote before the task started."""
-    try:
-        names = {n for n in os.listdir(folder) if not n.startswith(PENDING_CONFIG)}
-        return folder.is_dir() and names <= HYDRA_FILES
-    except OSError:
-        return False
-
-
-def pending_record(folder: Path) -> Path:
-    """This process's .hydra-pending-<uid>/ (Hydra's record of the command), or the plain
-    .hydra-pending where Hydra's output_subdir is not set (in-process runs)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        subdir = HydraConfig.get().output_subdir
-        if subdir and str(subdir).startswith(PENDING_CONFIG):
-            return folder / str(subdir)
-    return folder / PENDING_CONFIG
-
-
 def _close_file_logs(folder: Path) -> None:
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -258,10 +112,9 @@ def hydra_task(owns_folder: bool) -> Callable[[Callable[[Any], Any]], Callable[[
 
 
 def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
-    global _claimed
     folder = run_dir()
-    fresh = _untouched(folder)  # the folder was made for this run (or holds nothing)
-    _claimed = None
+    fresh = untouched(folder)  # the folder was made for this run (or holds nothing)
+    run_folder.forget_claim()
     logs = _log_sizes(folder)  # lines this job adds are taken back if it is refused
     lock = RunLock(folder) if owns_folder and is_main_process() else None
     handlers = _stop_on_signals()
@@ -269,7 +122,7 @@ def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
         if lock is not None:
             lock.acquire()
         result = fn(cfg)
-        if owns_folder and _claimed is None and is_main_process():
+        if owns_folder and run_folder.claimed_folder() is None and is_main_process():
             _undo_refused(folder, fresh, logs, lock)  # it had nothing to do (a finished run)
         return result
     except RunInterrupted as stop:
@@ -314,18 +167,22 @@ def _log_sizes(folder: Path) -> dict[Path, int]:
 
 
 def _failed(
-    err: ConfigError, folder: Path, owns_folder: bool, fresh: bool, logs: dict[Path, int],
+    err: ConfigError,
+    folder: Path,
+    owns_folder: bool,
+    fresh: bool,
+    logs: dict[Path, int],
     lock: RunLock | None,
-) -> None:  # fmt: skip
+) -> None:
     report(err)
     if isinstance(err, RunBusy):  # the folder is the holder's: only our own record goes
         shutil.rmtree(pending_record(folder), ignore_errors=True)
         return
-    if owns_folder and _claimed is None and is_main_process():
+    if owns_folder and run_folder.claimed_folder() is None and is_main_process():
         _undo_refused(folder, fresh, logs, lock)
         return
     _try(log_to_file, f"error: {err}")
-    if fresh and _untouched(folder):
+    if fresh and untouched(folder):
         _close_file_logs(folder)
         shutil.rmtree(folder, ignore_errors=True)
     elif owns_folder and folder.is_dir():
@@ -341,7 +198,7 @@ def _kept_metrics(folder: Path) -> dict[str, Any]:
 def _undo_refused(folder: Path, fresh: bool, logs: dict[Path, int], lock: RunLock | None) -> None:
     """A refused command leaves the folder it named as it found it: a folder made for it is
     removed; an existing run loses Hydra's record of the refused command and its log lines."""
-    if fresh and _untouched(folder):
+    if fresh and untouched(folder):
         _close_file_logs(folder)
         shutil.rmtree(folder, ignore_errors=True)
         return
@@ -358,15 +215,24 @@ def _undo_refused(folder: Path, fresh: bool, logs: dict[Path, int], lock: RunLoc
 
 
 def _crashed(
-    err: BaseException, folder: Path, owns_folder: bool, fresh: bool, logs: dict[Path, int],
+    err: BaseException,
+    folder: Path,
+    owns_folder: bool,
+    fresh: bool,
+    logs: dict[Path, int],
     lock: RunLock | None,
-) -> None:  # fmt: skip
+) -> None:
     log.exception("the run failed")  # the traceback (in the log file too, once claimed)
-    if owns_folder and _claimed is None and is_main_process():
+    if owns_folder and run_folder.claimed_folder() is None and is_main_process():
         _undo_refused(folder, fresh, logs, lock)  # it had not started: the run is as it was
-    elif owns_folder and folder.is_dir() and not (fresh and _untouched(folder)):
-        _try(write_status, folder, "failed", **_kept_metrics(folder),
-             error=f"{type(err).__name__}: {err}")  # fmt: skip
+    elif owns_folder and folder.is_dir() and not (fresh and untouched(folder)):
+        _try(
+            write_status,
+            folder,
+            "failed",
+            **_kept_metrics(folder),
+            error=f"{type(err).__name__}: {err}",
+        )
 
 
 def _stop_on_signals() -> dict[int, Any]:
@@ -398,9 +264,13 @@ def _ignore_stop_signals() -> None:
 
 
 def _interrupted(
-    stop: RunInterrupted, folder: Path, owns_folder: bool, fresh: bool, logs: dict[Path, int],
+    stop: RunInterrupted,
+    folder: Path,
+    owns_folder: bool,
+    fresh: bool,
+    logs: dict[Path, int],
     lock: RunLock | None,
-) -> None:  # fmt: skip
+) -> None:
     """One line (and the status file) saying what finished and what to run next."""
     name = signal.Signals(stop.signum).name
     if not owns_folder:  # eval.py: results are written together at the end, so none were
@@ -409,7 +279,9 @@ def _interrupted(
             f"command again: {_command(_ORIGINAL_ARGV)}"
         )
         _try(write_status, folder, "interrupted", name="eval_status.json", next=line)
-    elif _claimed is None:  # before the run took its folder: nothing of it was written
+    elif (
+        run_folder.claimed_folder() is None
+    ):  # before the run took its folder: nothing of it was written
         _undo_refused(folder, fresh, logs, lock)
         line = f"stopped by {name} before the run started; nothing was written"
         print(line, file=sys.stderr, flush=True)
@@ -423,15 +295,20 @@ def _interrupted(
         elif stop.phase == "evaluation":
             done = f"in the evaluation after training (training finished: {stop.saved})"
         else:
-            done = "before training started" + (f" (last checkpoint {stop.saved})" if stop.saved
-                                                 else "")  # fmt: skip
+            done = "before training started" + (
+                f" (last checkpoint {stop.saved})" if stop.saved else ""
+            )
         line = f"stopped by {name} {done}; resume with: {resume}"
         # the metrics the running status held (training's, when the evaluation was stopped)
         prior = read_status(folder)
         kept = {k: v for k, v in prior.items() if k not in STATUS_KEYS}
         step = stop.step if stop.step is not None else prior.get("step")
-        _try(write_status, folder, "interrupted", **{**kept, "phase": stop.phase or "setup",
-             "step": step, "resume": resume})  # fmt: skip
+        _try(
+            write_status,
+            folder,
+            "interrupted",
+            **{**kept, "phase": stop.phase or "setup", "step": step, "resume": resume},
+        )
     print(line, file=sys.stderr, flush=True)
     _try(log_to_file, line)
     if in_multirun():
@@ -441,10 +318,6 @@ def _interrupted(
 def _try(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     with contextlib.suppress(OSError):  # the folder cannot take it (read-only, full): the
         fn(*args, **kwargs)  # line was printed
-
-
-def resume_command(out: Path) -> str:
-    return f"python train.py resume={shlex.quote(str(out))}"
 
 
 def _command(argv: list[str]) -> str:
@@ -472,10 +345,12 @@ def _sweep_interrupted(signal_name: str, resumable: bool) -> None:
     else:
         left = list(range(job + 1, total))
         not_run = (
-            f"jobs {left[0]}–{left[-1]} of 0–{total - 1} did not run" if len(left) > 1
-            else f"job {left[0]} of 0–{total - 1} did not run" if left
+            f"jobs {left[0]}–{left[-1]} of 0–{total - 1} did not run"
+            if len(left) > 1
+            else f"job {left[0]} of 0–{total - 1} did not run"
+            if left
             else "it was the sweep's last job"
-        )  # fmt: skip
+        )
     line = f"sweep stopped by {signal_name} in job {job}; {not_run}; resume it with: {command}"
     print(line, file=sys.stderr, flush=True)
     _try(write_status, sweep, "interrupted", job=job, jobs_not_run=left, resume=command)
@@ -596,15 +471,3 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
             raise
         print(f"error: {err}; run the command once per flag", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_INPUT)
-
-
-class CompareOnMultirunEnd(Callback):
-    """Hydra callback: after a `-m` sweep, merge its jobs' results into <sweep>/comparison/.
-    (Here, not in poslab.evaluation.compare, so Hydra can build it without importing torch.)"""
-
-    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        from poslab.evaluation.compare import compare, find_results
-
-        sweep = Path(config.hydra.sweep.dir)
-        if find_results([sweep]):
-            compare([sweep], sweep / "comparison")

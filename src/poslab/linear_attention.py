@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from poslab.attention import AttentionKernel
+from poslab.checks import integer, require
 from poslab.errors import ConfigError
 
 FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -51,9 +52,14 @@ SIMILARITIES = ("feature", "cosine")
 
 
 def causal_linear_attention(
-    q_num: Tensor, k_num: Tensor, q_den: Tensor, k_den: Tensor, v: Tensor,
-    chunk_size: int = 64, eps: float = 1e-6,
-) -> Tensor:  # fmt: skip
+    q_num: Tensor,
+    k_num: Tensor,
+    q_den: Tensor,
+    k_den: Tensor,
+    v: Tensor,
+    chunk_size: int = 64,
+    eps: float = 1e-6,
+) -> Tensor:
     """out_m = Σ_{n≤m} (q_num_m·k_num_n) v_n / max(Σ_{n≤m} q_den_m·k_den_n, eps), for features
     (B, H, T, F) and values (B, H, T, D); fp32 throughout, returned in v's dtype."""
     out_dtype = v.dtype
@@ -91,9 +97,13 @@ class Linear(AttentionKernel):
     rotates_inside = True  # the model leaves q, k as they are; rotation happens after φ
 
     def __init__(
-        self, feature_map: str = "elu1", similarity: str = "feature", chunk_size: int = 64,
-        eps: float = 1e-6, block_size: int = 1024,
-    ) -> None:  # fmt: skip
+        self,
+        feature_map: str = "elu1",
+        similarity: str = "feature",
+        chunk_size: int = 64,
+        eps: float = 1e-6,
+        block_size: int = 1024,
+    ) -> None:
         super().__init__(block_size)
         if feature_map not in FEATURE_MAPS:
             raise ConfigError(
@@ -103,8 +113,7 @@ class Linear(AttentionKernel):
             raise ConfigError(
                 f"attention.similarity={similarity}; choose one of {', '.join(SIMILARITIES)}"
             )
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ConfigError(f"attention.chunk_size={chunk_size} must be an integer ≥ 1")
+        require("attention.chunk_size", chunk_size, integer(1))
         if not isinstance(eps, int | float) or not 0 < eps < 1:
             raise ConfigError(f"attention.eps={eps} must be a number in (0, 1)")
         self.feature_map = feature_map

@@ -6,7 +6,6 @@ import contextlib
 import inspect
 import logging
 import math
-import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,16 +14,17 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import read_checkpoint
 from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, RankFingerprints
-from poslab.cli import (
+from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
+from poslab.instantiate import instantiate_checked
+from poslab.lit import LanguageModel
+from poslab.precision import device_type_of, resolve_precision
+from poslab.run_folder import (
     claim_run_folder,
     is_main_process,
     read_status,
@@ -32,108 +32,16 @@ from poslab.cli import (
     run_dir,
     write_status,
 )
-from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
-from poslab.instantiate import instantiate_checked
-from poslab.lit import LanguageModel
-from poslab.precision import device_type_of, resolve_precision
+from poslab.tracking import (
+    build_logger,
+    check_logger_options,
+    finish_wandb,
+    sweep_group,
+    wandb_run_of,
+)
 from poslab.validate import check_run_config
 
 log = logging.getLogger(__name__)
-
-
-def sweep_group() -> str | None:
-    """In a `-m` sweep, the sweep folder's name, so all its jobs share one W&B group."""
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return Path(HydraConfig.get().sweep.dir).name
-    return None
-
-
-def wandb_offline(setting: bool | None) -> bool:
-    """Explicit setting wins; else WANDB_MODE; else online only when credentials exist."""
-    if setting is not None:
-        return bool(setting)
-    mode = os.environ.get("WANDB_MODE")
-    if mode:
-        return mode != "online"
-    if os.environ.get("WANDB_API_KEY"):
-        return False
-    netrc = Path(os.environ.get("NETRC", "~/.netrc")).expanduser()
-    return not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"))
-
-
-def _writable(folder: Path) -> bool:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".poslab-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-        return True
-    except OSError:
-        return False
-
-
-def keep_wandb_files_writable(out: Path) -> None:
-    """W&B keeps staging, cache and settings files under HOME (WANDB_DATA_DIR, WANDB_CACHE_DIR,
-    WANDB_CONFIG_DIR); where HOME is read-only it failed only after the whole run, when it
-    staged the results table. Such a folder is replaced by one in the run folder, with a
-    warning, before W&B starts."""
-    import wandb.env
-
-    defaults = {
-        "WANDB_DATA_DIR": wandb.env.get_data_dir(),
-        "WANDB_CACHE_DIR": wandb.env.get_cache_dir(),
-        "WANDB_CONFIG_DIR": os.environ.get("WANDB_CONFIG_DIR", "~/.config/wandb"),
-    }
-    for var, default in defaults.items():
-        folder = Path(default).expanduser()
-        if not _writable(folder):
-            instead = out / "wandb" / var.removeprefix("WANDB_").lower()
-            os.environ[var] = str(instead)
-            log.warning("W&B cannot write %s; using %s instead (set %s to choose)", folder,
-                        instead, var)  # fmt: skip
-
-
-def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None) -> Any:
-    """The configured Lightning logger (False for logger=none). For W&B the group is resolved
-    here and written back into `config`, so checkpoints (and eval.py) know it; a resumed run
-    continues its W&B run (`wandb_id`). W&B is started here, with a bounded wait: if it cannot
-    start online (no network, bad credentials), the run goes on with an offline W&B run."""
-    logger_cfg = dict(config.get("logger") or {})
-    if not logger_cfg:
-        return False
-    kwargs: dict[str, Any] = {"save_dir": str(out)}
-    if not logger_cfg["_target_"].endswith("WandbLogger"):
-        return instantiate_checked(logger_cfg, **kwargs)
-    offline = wandb_offline(logger_cfg.pop("offline", None))
-    timeout = float(logger_cfg.pop("init_timeout", 60))
-    keep_wandb_files_writable(out)
-    logger_cfg["group"] = logger_cfg.get("group") or sweep_group() or config.get("run_name")
-    config["logger"]["group"] = logger_cfg["group"]
-    # each job of a sweep is its own W&B run; the resolved config arrives through the
-    # LightningModule's hyperparameters
-    kwargs.update(reinit="finish_previous")
-    if wandb_id:
-        kwargs.update(id=wandb_id, resume="allow")
-    if not offline:
-        import wandb
-
-        kwargs["settings"] = wandb.Settings(init_timeout=timeout)
-        logger = instantiate_checked(logger_cfg, offline=False, **kwargs)
-        try:
-            logger.experiment  # noqa: B018 -- starts the W&B run now, within init_timeout
-            return logger
-        except Exception as err:  # wandb raises many types (CommError, UsageError, timeouts)
-            log.warning(
-                "W&B could not start online (%s: %s); logging offline to %s instead (upload "
-                "later with `wandb sync`)",
-                type(err).__name__,
-                str(err).splitlines()[0] if str(err) else "",
-                out / "wandb",
-            )
-            # wandb keeps the settings of its first start in this process: say offline to
-            # wandb.init itself (Lightning's offline=True only sets WANDB_MODE)
-            kwargs["settings"] = wandb.Settings(mode="offline")
-    return instantiate_checked(logger_cfg, offline=True, **kwargs)
 
 
 # the lightning.Trainer arguments that decide how many processes train
@@ -179,13 +87,15 @@ def world_size_for(trainer_cfg: dict[str, Any]) -> int:
         raise ConfigError("trainer=fsdp needs CUDA GPUs; use trainer=ddp on CPUs")
     # every option the run's Trainer gets (a value Lightning refuses fails here, before the run
     # takes its folder), without what only the run decides (precision=auto, plugins, callbacks)
+    skipped = (*OWN_TRAINER_KEYS, "plugins")
     probe_cfg = {
-        k: v for k, v in trainer_cfg.items()
-        if k not in (*OWN_TRAINER_KEYS, "plugins") and not (k == "precision" and v == "auto")
-    }  # fmt: skip
+        k: v
+        for k, v in trainer_cfg.items()
+        if k not in skipped and not (k == "precision" and v == "auto")
+    }
     probe_cfg["_target_"] = trainer_cfg.get("_target_", "lightning.Trainer")
-    probe_cfg.update(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False)  # fmt: skip
+    quiet = {"enable_progress_bar": False, "enable_model_summary": False}
+    probe_cfg.update(logger=False, enable_checkpointing=False, **quiet)
     with _quiet_lightning():
         probe: L.Trainer = instantiate_checked(probe_cfg)
     launcher = probe.strategy.launcher
@@ -221,47 +131,6 @@ def check_trainer_options(trainer_cfg: dict[str, Any]) -> None:
             )
 
 
-def _annotation_problem(annotation: Any, value: Any) -> str | None:
-    """What is wrong with `value` for a parameter annotated `annotation` (plain types only)."""
-    name = getattr(annotation, "__name__", annotation)
-    if name == "bool" and not isinstance(value, bool):
-        return "must be true or false"
-    if name == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-        return "must be an integer"
-    if name == "float" and (not isinstance(value, int | float) or isinstance(value, bool)):
-        return "must be a number"
-    return None
-
-
-def check_logger_options(logger_cfg: dict[str, Any] | None) -> None:
-    """Every logger.* option the logger class (or, for W&B, wandb.init) takes, with a value of
-    the type it takes: `+logger.flush_logs_every_n_steps=abc` fails now, not mid-training."""
-    if not logger_cfg:
-        return
-    from hydra.utils import get_class
-
-    cls = get_class(logger_cfg["_target_"])
-    params = inspect.signature(cls).parameters
-    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    for key, value in logger_cfg.items():
-        if key in ("_target_", "init_timeout"):  # init_timeout is poslab's (build_logger)
-            continue
-        param = params.get(key)
-        if param is None and passes_on and cls.__name__ == "WandbLogger":
-            import wandb  # WandbLogger hands its other options to wandb.init
-
-            param = inspect.signature(wandb.init).parameters.get(key)
-        if param is None:
-            if passes_on and cls.__name__ != "WandbLogger":
-                continue
-            raise ConfigError(
-                f"logger.{key}: {cls.__name__} has no such option; check the spelling (it has: "
-                f"{', '.join(k for k in params if k not in ('kwargs', 'args'))})"
-            )
-        if value is not None and (problem := _annotation_problem(param.annotation, value)):
-            raise ConfigError(f"logger.{key}={value} {problem}")
-
-
 def tokens_per_step(cfg: DictConfig, world_size: int) -> int:
     """Tokens one optimizer step trains on: batch × seq_len × accumulation in every process."""
     accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
@@ -291,7 +160,16 @@ def max_steps_for(cfg: DictConfig) -> int:
 
 # what may differ between a checkpoint and the run that resumes it: everything else decides the
 # model, the data or their order
-RESUMABLE_CHANGES = ("trainer", "eval", "logger", "checkpoint", "resume", "train", "attention")
+RESUMABLE_CHANGES = (
+    "trainer",
+    "eval",
+    "logger",
+    "checkpoint",
+    "resume",
+    "train",
+    "attention",
+    "after_training",
+)
 
 
 @dataclass
@@ -307,11 +185,12 @@ class Resume:
 
     def metrics(self) -> dict[str, float]:
         """The metrics the run's status file holds (kept across a resume with no new steps)."""
-        skip = {"step"}
+        numbers = {k: v for k, v in self.status.items() if k != "step"}
         return {
-            k: v for k, v in self.status.items()
-            if k not in skip and isinstance(v, int | float) and not isinstance(v, bool)
-        }  # fmt: skip
+            k: v
+            for k, v in numbers.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
 
 
 def resume_checkpoint(cfg: DictConfig, out: Path) -> Resume | None:
@@ -341,8 +220,11 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> Resume | None:
         if path.is_dir():
             started = (path / "checkpoints" / "last.ckpt").is_file()
             if not started and path.resolve() == out.resolve():
-                log.info("resume=%s: the run stopped before its first checkpoint; starting it "
-                         "anew in its folder", setting)  # fmt: skip
+                log.info(
+                    "resume=%s: the run stopped before its first checkpoint; starting it anew "
+                    "in its folder",
+                    setting,
+                )
                 return None
             path = path / "checkpoints" / "last.ckpt"
     ckpt = read_checkpoint(path)
@@ -360,10 +242,9 @@ def resume_checkpoint(cfg: DictConfig, out: Path) -> Resume | None:
             )
     log.info("resuming from %s", path)
     same_folder = path.resolve().is_relative_to(out.resolve())
-    return Resume(
-        path, ckpt.get("wandb_run_id"), stored, int(ckpt.get("global_step", 0)),
-        read_status(out) if same_folder else {},
-    )  # fmt: skip
+    status = read_status(out) if same_folder else {}
+    step = int(ckpt.get("global_step", 0))
+    return Resume(path, ckpt.get("wandb_run_id"), stored, step, status)
 
 
 # where things are kept, not what they are: a resumed run may find its token cache elsewhere
@@ -386,32 +267,90 @@ def _first_difference(a: Any, b: Any, key: str) -> str | None:
     return None if a == b else f"{key} ({a!r} -> {b!r})"
 
 
-def run_training(cfg: DictConfig) -> dict[str, float]:
-    """Fit one model; returns the final metrics (also what a Hydra sweeper would optimise)."""
+@dataclass
+class FinishedRun:
+    """What a finished training hands to its after-training steps (conf `after_training:`)."""
+
+    config: DictConfig
+    out: Path
+    checkpoint: str  # the best checkpoint (last.ckpt where there is none)
+    cache: Any  # the corpus's token cache (None for a generated task)
+    wandb_run: Any  # the run's W&B run (None without W&B)
+    trained_tokens: int
+
+
+@dataclass
+class _Run:
+    """The parts of one training run, once set up."""
+
+    config: dict[str, Any]
+    datamodule: Any
+    logger: Any
+    module: LanguageModel
+    trainer: L.Trainer
+    best: ModelCheckpoint
+    last: LastCheckpoint
+
+
+def run_training(cfg: DictConfig, after_training: list[Any] | None = None) -> dict[str, float]:
+    """Fit one model; returns the final metrics (also what a Hydra sweeper would optimise).
+    `after_training`: the steps check_run_config built, where the caller checked the config."""
     out = run_dir()
-    check_run_config(cfg)  # bad input: one line before any data is read
+    if after_training is None:
+        after_training = check_run_config(cfg)  # bad input: one line before any data is read
     max_steps = max_steps_for(cfg)  # a process setup that cannot run fails before work
     check_logger_options(OmegaConf.to_container(cfg.logger, resolve=True) if cfg.logger else None)
     resume = resume_checkpoint(cfg, out)
     if resume and resume.status.get("status") == "completed" and resume.step >= max_steps:
         # a finished run (a sweep resumed with resume=auto): nothing to do, nothing written
-        log.info("%s completed at step %d (trainer.max_steps=%d); nothing to do (raise "
-                 "trainer.max_steps to train on)", out, resume.step, max_steps)  # fmt: skip
+        log.info(
+            "%s completed at step %d (trainer.max_steps=%d); nothing to do (raise "
+            "trainer.max_steps to train on)",
+            out,
+            resume.step,
+            max_steps,
+        )
         return resume.metrics()
+    run = _set_up(cfg, out, resume, max_steps)
+    # a resumed run that trains no further (its evaluation was interrupted) keeps the metrics
+    # its status recorded
+    metrics: dict[str, float] = resume.metrics() if resume else {}
+    failed = True
+    phase = "setup"
+    try:
+        if run.trainer.is_global_zero:
+            resumed_from = str(resume.path) if resume else None
+            write_status(out, "running", resumed_from=resumed_from, **_status_metrics(metrics))
+        if cfg.train.validate_before_fit and resume is None:
+            # the step-0 baseline, so "validation loss falls" is visible in every log
+            trainer, module, datamodule = run.trainer, run.module, run.datamodule
+            (initial,) = trainer.validate(module, datamodule=datamodule, verbose=False)
+            metrics["val/loss_initial"] = initial["val/loss"]
+        phase = "training"
+        _fit(cfg, out, run, resume, metrics)
+        phase = "evaluation"
+        if run.trainer.is_global_zero:  # training is done: an interruption from here keeps it
+            _after_training(cfg, out, run, metrics, after_training)
+        failed = False
+    except RunInterrupted as stop:
+        failed = False  # what finished is saved, and the status line says how to go on
+        if not stop.phase:  # the job's own handler: say where it landed
+            stop.phase = phase
+            saved = run.best.best_model_path or last_good_checkpoint(out) or ""
+            stop.saved = str(saved) or None
+            if phase == "training":
+                stop.step = int(run.trainer.global_step)
+        raise
+    finally:
+        finish_wandb(run.logger, failed)
+    return metrics
+
+
+def _set_up(cfg: DictConfig, out: Path, resume: Resume | None, max_steps: int) -> _Run:
+    """Data, logger, model and Trainer of the run; takes the run folder once the data is read."""
     torch.set_float32_matmul_precision("high")
     config = OmegaConf.to_container(cfg, resolve=True)
-    # trainer.precision=auto becomes what this hardware runs fastest, once per run: the
-    # checkpoint and W&B store the choice, and a resumed run keeps it
-    device_type = device_type_of(str(cfg.trainer.get("accelerator", "auto")))
-    precision = resolve_precision(
-        cfg.trainer.get("precision", "auto"), device_type, key="trainer.precision",
-        stored=resume.config["trainer"].get("precision") if resume else None,
-    )  # fmt: skip
-    log.info(
-        "trainer.precision=%s -> %s on %s", cfg.trainer.get("precision"), precision, device_type
-    )
-    config["trainer"]["precision"] = precision
-
+    config["trainer"]["precision"] = _run_precision(cfg, resume)
     datamodule = instantiate_checked(cfg.data, seed=cfg.seed)
     vocab_size = datamodule.vocab_size  # reads (or builds) the token cache: corpus errors here
     if is_main_process():
@@ -430,8 +369,31 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
     # a CPU run is bitwise repeatable only with the same number of threads (sums in another
     # order), so the log says how many it had
     log.info("torch threads: %d (OMP_NUM_THREADS sets it)", torch.get_num_threads())
+    trainer, best, last = _build_trainer(cfg, config, out, max_steps, logger)
+    return _Run(config, datamodule, logger, module, trainer, best, last)
 
-    checkpoint = ModelCheckpoint(
+
+def _run_precision(cfg: DictConfig, resume: Resume | None) -> str:
+    """trainer.precision=auto becomes what this hardware runs fastest, once per run: the
+    checkpoint and W&B store the choice, and a resumed run keeps it."""
+    device_type = device_type_of(str(cfg.trainer.get("accelerator", "auto")))
+    precision = resolve_precision(
+        cfg.trainer.get("precision", "auto"),
+        device_type,
+        key="trainer.precision",
+        stored=resume.config["trainer"].get("precision") if resume else None,
+    )
+    log.info(
+        "trainer.precision=%s -> %s on %s", cfg.trainer.get("precision"), precision, device_type
+    )
+    return precision
+
+
+def _build_trainer(
+    cfg: DictConfig, config: dict[str, Any], out: Path, max_steps: int, logger: Any
+) -> tuple[L.Trainer, ModelCheckpoint, LastCheckpoint]:
+    """The run's Trainer, with its best.ckpt and last.ckpt callbacks."""
+    best = ModelCheckpoint(
         dirpath=out / "checkpoints",
         filename="best",
         monitor="val/loss",
@@ -448,128 +410,93 @@ def run_training(cfg: DictConfig) -> dict[str, float]:
     trainer_cfg = dict(config["trainer"])
     trainer_cfg.pop("compile", None)  # poslab's own option (lit.py), not a Trainer argument
     plugins = trainer_cfg.pop("plugins", None) or []
-    plugins = [*(plugins if isinstance(plugins, list) else [plugins])]
+    plugins = plugins if isinstance(plugins, list) else [plugins]
+    plugins = [instantiate_checked(p) if isinstance(p, dict) else p for p in plugins]
+    accumulate = int(trainer_cfg.get("accumulate_grad_batches") or 1)
     trainer_cfg.update(
         max_steps=max_steps,
         # Lightning counts micro-batches; poslab's interval is in optimizer steps, so that
         # validations (and the checkpoints saved after them) fall between steps
         val_check_interval=min(int(trainer_cfg.get("val_check_interval", max_steps)), max_steps)
-        * int(trainer_cfg.get("accumulate_grad_batches") or 1),
+        * accumulate,
         check_val_every_n_epoch=None,
         default_root_dir=str(out),
         use_distributed_sampler=False,  # poslab.sampling gives each rank its part of each batch
     )
-    callbacks: list[L.Callback] = [checkpoint, last]
+    callbacks: list[L.Callback] = [best, last]
     if cfg.train.get("fingerprints"):  # per-rank data and weight digests (poslab.callbacks)
         callbacks.append(RankFingerprints(out / "fingerprints"))
     trainer: L.Trainer = instantiate_checked(
-        trainer_cfg, logger=logger, callbacks=callbacks,
-        plugins=[*(instantiate_checked(p) if isinstance(p, dict) else p for p in plugins),
-                 AtomicCheckpointIO()],
-    )  # fmt: skip
+        trainer_cfg, logger=logger, callbacks=callbacks, plugins=[*plugins, AtomicCheckpointIO()]
+    )
+    return trainer, best, last
 
-    # a resumed run that trains no further (its evaluation was interrupted) keeps the metrics
-    # its status recorded
-    metrics: dict[str, float] = resume.metrics() if resume else {}
-    failed = True
-    phase = "setup"
+
+def _fit(
+    cfg: DictConfig, out: Path, run: _Run, resume: Resume | None, metrics: dict[str, float]
+) -> None:
+    """The training, and its metrics into `metrics`."""
     try:
-        if trainer.is_global_zero:
-            write_status(out, "running", resumed_from=str(resume.path) if resume else None,
-                         **_status_metrics(metrics))  # fmt: skip
-        if cfg.train.validate_before_fit and resume is None:
-            # the step-0 baseline, so "validation loss falls" is visible in every log
-            (initial,) = trainer.validate(module, datamodule=datamodule, verbose=False)
-            metrics["val/loss_initial"] = initial["val/loss"]
-        phase = "training"
-        try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=resume.path if resume else None)
-        except TrainingDiverged as err:
-            saved = last_good_checkpoint(out)
-            raise TrainingDiverged(
-                f"{err}: the run diverged and stopped; "
-                + (f"the last finite checkpoint is {saved}; " if saved else "")
-                + f"lower optim.lr (now {cfg.optim.lr:g}) or check the pos options"
-            ) from None
-        except DiskFull as err:
-            saved = last_good_checkpoint(out)
-            raise DiskFull(
-                f"{err}; the last good checkpoint "
-                + (f"{saved} is intact; then resume with: {resume_command(out)}" if saved
-                   else "does not exist yet; then run the command again")
-            ) from None  # fmt: skip
-        if last.signal is not None:  # (after the last batch: the final save was the stop)
-            failed = False
-            step = last.stopped_at if last.stopped_at is not None else trainer.global_step
-            raise RunInterrupted(last.signal, "training", step, str(last.path))
-        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1})
-        metrics["best_val_loss"] = float(checkpoint.best_model_score or float("nan"))
-        log.info("best checkpoint: %s", checkpoint.best_model_path)
-        if "val/loss_initial" in metrics:
-            log.info(
-                "val/loss %.4f at step 0 -> %.4f best",
-                metrics["val/loss_initial"],
-                metrics["best_val_loss"],
-            )
-
-        phase = "evaluation"
-        if trainer.is_global_zero:  # training is done: an interruption from here keeps it
-            write_status(out, "running", phase=phase, step=trainer.global_step,
-                         **_status_metrics(metrics))  # fmt: skip
-            files = module.model.pos.after_training(
-                out / "pos", run=cfg.get("run_name", ""), seed=cfg.seed
-            )  # what the scheme learned, as files (and W&B images)
-            if files and isinstance(logger, WandbLogger):
-                import wandb
-
-                logger.experiment.log({f"pos/{p.stem}": wandb.Image(str(p)) for p in files})
-        if cfg.eval.after_train and trainer.is_global_zero:
-            from poslab.evaluation.run import evaluate_checkpoint
-
-            # full fp32 matmuls (no TF32 on GPUs), so numbers match a later `eval.py`
-            torch.set_float32_matmul_precision("highest")
-            evaluate_checkpoint(
-                checkpoint.best_model_path or str(last.path),
-                cfg.eval,
-                cache=getattr(datamodule, "cache", None),  # a generated task has none
-                out_dir=out,
-                wandb_run=logger.experiment if isinstance(logger, WandbLogger) else None,
-                trained_tokens=trainer.global_step * tokens_per_step(cfg, trainer.world_size),
-            )
-        if trainer.is_global_zero:
-            write_status(out, "completed", step=trainer.global_step, **_status_metrics(metrics))
-        failed = False
-    except RunInterrupted as stop:
-        failed = False  # what finished is saved, and the status line says how to go on
-        if not stop.phase:  # the job's own handler: say where it landed
-            stop.phase = phase
-            stop.saved = str(checkpoint.best_model_path or last_good_checkpoint(out) or "") or None
-            if phase == "training":
-                stop.step = int(trainer.global_step)
-        raise
-    finally:
-        if isinstance(logger, WandbLogger) and logger._experiment is not None:
-            # finish even after a crash: the next job of a sweep must start its own W&B run;
-            # a signal meanwhile would cut it short and relabel how the run ended
-            with _signals_ignored():
-                logger.experiment.finish(exit_code=1 if failed else 0)
-    return metrics
+        ckpt_path = resume.path if resume else None
+        run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=ckpt_path)
+    except TrainingDiverged as err:
+        saved = last_good_checkpoint(out)
+        raise TrainingDiverged(
+            f"{err}: the run diverged and stopped; "
+            + (f"the last finite checkpoint is {saved}; " if saved else "")
+            + f"lower optim.lr (now {cfg.optim.lr:g}) or check the pos options"
+        ) from None
+    except DiskFull as err:
+        saved = last_good_checkpoint(out)
+        then = (
+            f"{saved} is intact; then resume with: {resume_command(out)}"
+            if saved
+            else "does not exist yet; then run the command again"
+        )
+        raise DiskFull(f"{err}; the last good checkpoint {then}") from None
+    last = run.last
+    if last.signal is not None:  # (after the last batch: the final save was the stop)
+        step = last.stopped_at if last.stopped_at is not None else run.trainer.global_step
+        raise RunInterrupted(last.signal, "training", step, str(last.path))
+    scalars = run.trainer.callback_metrics.items()
+    metrics.update({k: float(v) for k, v in scalars if v.numel() == 1})
+    metrics["best_val_loss"] = float(run.best.best_model_score or float("nan"))
+    log.info("best checkpoint: %s", run.best.best_model_path)
+    if "val/loss_initial" in metrics:
+        log.info(
+            "val/loss %.4f at step 0 -> %.4f best",
+            metrics["val/loss_initial"],
+            metrics["best_val_loss"],
+        )
 
 
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    import signal
-    import threading
+def _after_training(
+    cfg: DictConfig, out: Path, run: _Run, metrics: dict[str, float], steps: list[Any]
+) -> None:
+    """Rank 0, once training is done: the scheme's own files (what it learned), then each
+    after-training step the config names (the evaluation), then the `completed` status."""
+    trainer = run.trainer
+    status = _status_metrics(metrics)
+    write_status(out, "running", phase="evaluation", step=trainer.global_step, **status)
+    files = run.module.model.pos.after_training(
+        out / "pos", run=cfg.get("run_name", ""), seed=cfg.seed
+    )  # what the scheme learned, as files (and W&B images)
+    wandb_run = wandb_run_of(run.logger)
+    if files and wandb_run is not None:
+        import wandb
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        wandb_run.log({f"pos/{p.stem}": wandb.Image(str(p)) for p in files})
+    finished = FinishedRun(
+        config=cfg,
+        out=out,
+        checkpoint=run.best.best_model_path or str(run.last.path),
+        cache=getattr(run.datamodule, "cache", None),  # a generated task has none
+        wandb_run=wandb_run,
+        trained_tokens=trainer.global_step * tokens_per_step(cfg, trainer.world_size),
+    )
+    for step in steps:
+        step(finished)
+    write_status(out, "completed", step=trainer.global_step, **_status_metrics(metrics))
 
 
 def _status_metrics(metrics: dict[str, float]) -> dict[str, float]:

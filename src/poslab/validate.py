@@ -157,68 +157,80 @@ def check_eval_config(eval_cfg: Any) -> None:
             raise ConfigError("eval.device=cuda but no CUDA device is visible; use eval.device=cpu")
 
 
-def check_run_config(cfg: DictConfig) -> None:
+def check_run_config(cfg: DictConfig) -> list[Any]:
     """Every option of a training run checked before any work (and before Lightning is
     imported): the schema (types, ranges, choices), the model and the scheme (built once,
-    cheaply, so their own checks run), the training length, the eval-time overrides, and every
-    evaluation length the after-training evaluation must cover."""
+    cheaply, so their own checks run), the training length, and what runs after training
+    (`after_training:`, e.g. the evaluation at every length, with its eval-time overrides).
+    Returns those after-training steps, built."""
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
     if missing:  # a `???` of a config file: say which key, in full
         raise ConfigError(f"{missing[0]} has no value and needs one; pass {missing[0]}=VALUE")
     check_schema(cfg, TRAIN_SCHEMA)
     check_schema(cfg, EVAL_SCHEMA)
-    from poslab.build import (  # torch, not before
-        attention_config,
-        build_scheme,
-        gpt_config_of,
-        scheme_with_overrides,
-    )
-    from poslab.instantiate import instantiate_checked
-    from poslab.positions.rope_scaling import eval_overrides
-    from poslab.precision import device_type_of
+    _check_data_path(cfg.data.get("path"))
+    config = OmegaConf.to_container(cfg, resolve=True)
+    gpt_config, scheme = _check_model(config)
+    task = _check_task(config, scheme)
+    steps = after_training_steps(config)
+    for step in steps:
+        if hasattr(step, "check"):
+            step.check(config, gpt_config, scheme, task)
+    return steps
 
-    path = cfg.data.get("path")
+
+def _check_data_path(path: Any) -> None:
     if path is not None and not Path(str(path)).expanduser().exists():
         folder = Path(str(path)).expanduser()
         broken = f" (a broken symlink to {os.readlink(folder)})" if folder.is_symlink() else ""
         raise ConfigError(
             f"data.path={path} does not exist{broken}; point it at a folder of split files"
         )
-    config = OmegaConf.to_container(cfg, resolve=True)
+
+
+def _check_model(config: dict[str, Any]) -> tuple[Any, Any]:
+    """The model's options, the scheme's and the attention kernel's (each built, cheaply), and
+    the training length: (the GPT config, the scheme)."""
+    from poslab.build import attention_config, build_scheme, gpt_config_of  # torch, not before
+    from poslab.instantiate import instantiate_checked
+    from poslab.precision import device_type_of
+
     gpt_config = gpt_config_of(config, vocab_size=2)
     scheme = build_scheme(config["pos"], gpt_config)
     kernel = instantiate_checked(attention_config(config))
     kernel.check(scheme, gpt_config.dropout)
-    if (
-        not kernel.trains_on_cpu
-        and device_type_of(str(cfg.trainer.get("accelerator", "auto"))) != "cuda"
-    ):
+    accelerator = str(config["trainer"].get("accelerator", "auto"))
+    if not kernel.trains_on_cpu and device_type_of(accelerator) != "cuda":
         raise ConfigError(
             f"attention={kernel.name} trains on CUDA GPUs only (FlexAttention has no backward "
             "pass on CPUs); train with attention=sdpa (evaluating with it works on CPUs)"
         )
-    scheme.check_length(scheme.max_training_position(cfg.data.seq_len))
-    task = None
-    if config["data"].get("task"):  # a generated task: its positions must suit the scheme
-        task = instantiate_checked(config["data"]["task"])
-        task.check_length(cfg.data.seq_len)
-        if scheme.position_axes and task.position_axes not in (0, scheme.position_axes):
-            raise ConfigError(
-                f"pos={config.get('pos_name') or 'this scheme'} takes {scheme.position_axes} "
-                f"position axes but data={task.name} gives {task.position_axes} per token; set "
-                f"pos.axes={task.position_axes}"
-            )
-    if cfg.eval.after_train:
-        check_eval_config(cfg.eval)  # a typo fails now, not after training
-        lengths = eval_lengths(cfg.eval, cfg.data.seq_len)
-        # the scheme the evaluation will use at its longest length (eval-time variants included)
-        overrides = eval_overrides(config["eval"], config["pos"], lengths[-1], cfg.data.seq_len)
-        if overrides:
-            scheme = scheme_with_overrides(config["pos"], overrides, gpt_config, cfg.data.seq_len)
-        if cfg.eval.unsupported == "error":
-            for length in lengths:
-                reads_axes = task is not None and scheme.position_axes
-                scheme.check_length(
-                    task.max_position(length) if reads_axes
-                    else cfg.eval.position_offset + length - 1
-                )  # fmt: skip
+    seq_len = config["data"]["seq_len"]
+    scheme.check_length(scheme.max_training_position(seq_len))
+    return gpt_config, scheme
+
+
+def _check_task(config: dict[str, Any], scheme: Any) -> Any:
+    """A generated task (data=passkey, ...), built: its positions must suit the scheme."""
+    if not config["data"].get("task"):
+        return None
+    from poslab.instantiate import instantiate_checked
+
+    task = instantiate_checked(config["data"]["task"])
+    task.check_length(config["data"]["seq_len"])
+    if scheme.position_axes and task.position_axes not in (0, scheme.position_axes):
+        raise ConfigError(
+            f"pos={config.get('pos_name') or 'this scheme'} takes {scheme.position_axes} "
+            f"position axes but data={task.name} gives {task.position_axes} per token; set "
+            f"pos.axes={task.position_axes}"
+        )
+    return task
+
+
+def after_training_steps(config: dict[str, Any]) -> list[Any]:
+    """What the config's `after_training:` names (a mapping of `_target_` nodes), built in
+    order: training calls each once it is done, and knows nothing else of them."""
+    from poslab.instantiate import instantiate_checked
+
+    nodes = config.get("after_training") or {}
+    return [instantiate_checked(node) for node in nodes.values() if node]

@@ -11,10 +11,11 @@ from poslab.validate import check_run_config
 @hydra.main(version_base="1.3", config_path="pkg://poslab.conf", config_name="train")
 @hydra_task(owns_folder=True)
 def main(cfg: DictConfig) -> float:
-    check_run_config(cfg)  # before Lightning is imported: bad input fails in about a second
+    # before Lightning is imported: bad input fails in about a second
+    after_training = check_run_config(cfg)
     from poslab.training import run_training
 
-    return run_training(cfg)["best_val_loss"]
+    return run_training(cfg, after_training)["best_val_loss"]
 
 
 def entry() -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from poslab.errors import ConfigError, exit_on_config_error
+from poslab.evaluation.tables import fmt, is_finite, is_nonfinite, markdown
 
-# poslab.evaluation.report and .seeds (matplotlib) are imported where they are used: the
+# poslab.evaluation.files and .seeds (matplotlib) are imported where they are used: the
 # command-line helpers below serve scripts whose bad arguments should not wait for them
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,22 @@ def find_results(paths: list[str | Path]) -> list[Path]:
 # options that never change what a run learns (names, logging, caches, bookkeeping): two runs
 # that differ only in these and in `seed` are seeds of one configuration
 NOT_SETTINGS = (
-    "run_name", "logger.", "data.cache_dir", "data.num_workers", "data.eval_batch_size",
-    "checkpoint.", "resume", "trainer.enable_progress_bar", "trainer.log_every_n_steps",
-    "trainer.val_check_interval", "eval.log_wandb", "eval.batch_size", "eval.device",
-    "train.fingerprints", "train.validate_before_fit",
-)  # fmt: skip
+    "run_name",
+    "logger.",
+    "data.cache_dir",
+    "data.num_workers",
+    "data.eval_batch_size",
+    "checkpoint.",
+    "resume",
+    "trainer.enable_progress_bar",
+    "trainer.log_every_n_steps",
+    "trainer.val_check_interval",
+    "eval.log_wandb",
+    "eval.batch_size",
+    "eval.device",
+    "train.fingerprints",
+    "train.validate_before_fit",
+)
 
 # options added after some committed runs were made, each with the value that does what those
 # runs did: a run whose config predates the option ran with this value, so it still merges with
@@ -101,8 +113,9 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
     `for_report`: every row is checked for what the report reads too (read_result)."""
     runs = [path.parent.parent for path in results]
     folder_names = [r.name for r in runs]
-    folders = [r.name if folder_names.count(r.name) == 1 else f"{r.parent.name}/{r.name}"
-               for r in runs]  # fmt: skip
+    folders = [
+        r.name if folder_names.count(r.name) == 1 else f"{r.parent.name}/{r.name}" for r in runs
+    ]
     rows_of = [read_result(path, for_report) for path in results]
     # runs of one scheme on different tasks are not twins: their rows never share a table
     schemes = [(rows[0]["scheme"], rows[0].get("task")) if rows else None for rows in rows_of]
@@ -114,8 +127,9 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
         # are compared by their options
         options = [run_options(runs[i]) for i in twins]
         keys = sorted({k for o in options if o is not None for k in o})
-        options = [None if o is None else {k: o.get(k, ADDED_LATER.get(k)) for k in keys}
-                   for o in options]  # fmt: skip
+        options = [
+            None if o is None else {k: o.get(k, ADDED_LATER.get(k)) for k in keys} for o in options
+        ]
         differ = [k for k in keys if len({repr(o[k]) for o in options if o is not None}) > 1]
         shown = [k for k in differ if k != "seed"]
         for i, opts in zip(twins, options, strict=True):
@@ -152,9 +166,20 @@ ROW_FIELDS = ("scheme", "mode", "length", "status")
 REPORT_FIELDS = ("train_length", "split", "factor")
 # fields that, where a row has them, the report formats or plots as numbers
 NUMBER_FIELDS = (
-    "factor", "loss", "ppl", "word_ppl", "bits_per_byte", "accuracy", "token_accuracy",
-    "ratio", "loss_sd", "ppl_sd", "word_ppl_sd", "bits_per_byte_sd", "ratio_sd",
-)  # fmt: skip
+    "factor",
+    "loss",
+    "ppl",
+    "word_ppl",
+    "bits_per_byte",
+    "accuracy",
+    "token_accuracy",
+    "ratio",
+    "loss_sd",
+    "ppl_sd",
+    "word_ppl_sd",
+    "bits_per_byte_sd",
+    "ratio_sd",
+)
 
 
 def row_problem(row: Any, fields: tuple[str, ...]) -> str | None:
@@ -213,15 +238,26 @@ def read_result(path: Path, for_report: bool = False) -> list[dict]:
 def ratio(rows: list[dict], scheme: str, mode: str, factor: float) -> float | None:
     """ppl at `factor`× the training length over ppl at 1×, for one scheme (None if missing or
     non-finite); for rows merged over seeds, the mean of the seeds' own ratios."""
-    from poslab.evaluation.report import is_finite, is_nonfinite
 
-    merged = [r.get("ratio") for r in rows if r["scheme"] == scheme and r["mode"] == mode
-              and r.get("factor") == factor and r.get("n_seeds", 1) > 1]  # fmt: skip
+    merged = [
+        r.get("ratio")
+        for r in rows
+        if r["scheme"] == scheme
+        and r["mode"] == mode
+        and r.get("factor") == factor
+        and r.get("n_seeds", 1) > 1
+    ]
     if merged and is_finite(merged[0]):
         return merged[0]
-    at = {r["factor"]: r["ppl"] for r in rows
-          if r["scheme"] == scheme and r["mode"] == mode and r["status"] == "ok"
-          and not is_nonfinite(r) and is_finite(r.get("ppl"))}  # fmt: skip
+    at = {
+        r["factor"]: r["ppl"]
+        for r in rows
+        if r["scheme"] == scheme
+        and r["mode"] == mode
+        and r["status"] == "ok"
+        and not is_nonfinite(r)
+        and is_finite(r.get("ppl"))
+    }
     if 1.0 not in at or factor not in at or at[1.0] <= 0:
         return None
     return at[factor] / at[1.0]
@@ -239,7 +275,6 @@ def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str 
     """Why `scheme` says nothing about the shape at `factor`× (it diverged, or its perplexity at
     1× is no better than a uniform guess over the vocabulary), else None. None as well when it
     was not evaluated at 1× and `factor`× (then there is no check at all)."""
-    from poslab.evaluation.report import is_finite, is_nonfinite
 
     at = {r["factor"]: r for r in rows if r["scheme"] == scheme and r["mode"] == mode}
     one, far = at.get(1.0), at.get(factor)
@@ -267,7 +302,6 @@ def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str 
 def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float = 8.0) -> list[str]:
     """The ALiBi paper's shape at `factor`× the training length, one line per check: "- [x]"
     met, "- [ ]" not met, "- [n/a]" not applicable (a scheme it needs did not learn)."""
-    from poslab.evaluation.report import fmt
 
     schemes = ("sinusoidal", "rope", "alibi", "t5")
     r = {s: ratio(rows, s, mode, factor) for s in schemes}
@@ -297,19 +331,33 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
         spread = sum(sd[s] or 0.0 for s in names)
         return "; within the spread over seeds" if spread and abs(gap) <= spread else ""
 
-    add(f"sinusoidal ppl at {f} ≥ 3× its own at 1× (ratio {shown('sinusoidal')})",
-        ("sinusoidal",), lambda: r["sinusoidal"] >= 3.0,
-        lambda: near(r["sinusoidal"] - 3.0, "sinusoidal"))  # fmt: skip
-    add(f"rope ppl at {f} clearly (≥ 10%) above its own at 1× (ratio {shown('rope')})",
-        ("rope",), lambda: r["rope"] >= 1.10, lambda: near(r["rope"] - 1.10, "rope"))  # fmt: skip
-    add(f"alibi ppl at {f} within 5% of, or below, its own at 1× (ratio {shown('alibi')})",
-        ("alibi",), lambda: r["alibi"] <= 1.05,
-        lambda: near(r["alibi"] - 1.05, "alibi"))  # fmt: skip
-    add(f"t5 ratio at {f} between alibi and rope ({shown('alibi')} ≤ {shown('t5')} ≤ "
-        f"{shown('rope')})", ("t5", "rope", "alibi"),
+    add(
+        f"sinusoidal ppl at {f} ≥ 3× its own at 1× (ratio {shown('sinusoidal')})",
+        ("sinusoidal",),
+        lambda: r["sinusoidal"] >= 3.0,
+        lambda: near(r["sinusoidal"] - 3.0, "sinusoidal"),
+    )
+    add(
+        f"rope ppl at {f} clearly (≥ 10%) above its own at 1× (ratio {shown('rope')})",
+        ("rope",),
+        lambda: r["rope"] >= 1.10,
+        lambda: near(r["rope"] - 1.10, "rope"),
+    )
+    add(
+        f"alibi ppl at {f} within 5% of, or below, its own at 1× (ratio {shown('alibi')})",
+        ("alibi",),
+        lambda: r["alibi"] <= 1.05,
+        lambda: near(r["alibi"] - 1.05, "alibi"),
+    )
+    add(
+        f"t5 ratio at {f} between alibi and rope ({shown('alibi')} ≤ {shown('t5')} ≤ "
+        f"{shown('rope')})",
+        ("t5", "rope", "alibi"),
         lambda: r["alibi"] <= r["t5"] <= r["rope"],
-        lambda: near(r["t5"] - r["alibi"], "t5", "alibi")
-        or near(r["rope"] - r["t5"], "rope", "t5"))  # fmt: skip
+        lambda: (
+            near(r["t5"] - r["alibi"], "t5", "alibi") or near(r["rope"] - r["t5"], "rope", "t5")
+        ),
+    )
     return [
         f"- [n/a] {text}: not applicable, {reason}"
         if ok is None
@@ -333,15 +381,19 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
     out = Path(out)
     check_writable(out, "--out")
-    from poslab.evaluation.report import is_nonfinite, markdown, write_reports
+    from poslab.evaluation.files import write_reports
 
     # write_reports makes `out` (and removes it again if a write fails)
     tasks = {r.get("task") for r in rows}
     if title is None:  # a table of task runs is one of accuracy, named by its task(s)
         named = ", ".join(sorted(t for t in tasks if t is not None))
-        title = ("perplexity vs evaluation length" if tasks == {None}
-                 else f"{named}: accuracy vs evaluation length" if None not in tasks
-                 else f"perplexity and {named} accuracy vs evaluation length")  # fmt: skip
+        title = (
+            "perplexity vs evaluation length"
+            if tasks == {None}
+            else f"{named}: accuracy vs evaluation length"
+            if None not in tasks
+            else f"perplexity and {named} accuracy vs evaluation length"
+        )
     text = markdown(rows, title, "scheme")
     task_modes = {r["mode"] for r in rows if r.get("task")}  # every task row names its task
     for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):
@@ -429,9 +481,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog="scripts/compare.py", description=__doc__)
     parser.add_argument("paths", nargs="+", help="run folders, sweep folders or result files")
     parser.add_argument(
-        "--out", default=None, help="folder for comparison.{md,csv,json,png} "
-        "(default: <first path>/comparison)"
-    )  # fmt: skip
+        "--out",
+        default=None,
+        help="folder for comparison.{md,csv,json,png} (default: <first path>/comparison)",
+    )
     parser.add_argument("--title", default=None)
     args = parser.parse_args(argv)
     compare(args.paths, args.out or default_out(args.paths), args.title)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from poslab.data import TokenizedSplit
+from poslab.data.tokens import TokenizedSplit
 from poslab.losses import linear_token_nll
 from poslab.model import GPT
 

@@ -12,12 +12,18 @@ import math
 import statistics
 from typing import Any
 
-from poslab.evaluation.report import NONFINITE, is_finite, is_nonfinite
+from poslab.evaluation.tables import NONFINITE, is_finite, is_nonfinite
 
 # the metrics averaged over seeds when every seed's row has them
 METRICS = (
-    "loss", "ppl", "word_ppl", "bits_per_byte", "accuracy", "token_accuracy", "tokens_per_s",
-)  # fmt: skip
+    "loss",
+    "ppl",
+    "word_ppl",
+    "bits_per_byte",
+    "accuracy",
+    "token_accuracy",
+    "tokens_per_s",
+)
 
 
 def mean_sd(values: list[float]) -> tuple[float, float]:
@@ -49,8 +55,10 @@ def mean_conditions(rows: list[dict]) -> list[dict] | None:
         return None
     merged = []
     for cells in zip(*tables, strict=True):
-        cell: dict[str, Any] = {"condition": cells[0]["condition"],
-                                "examples": sum(c["examples"] for c in cells)}  # fmt: skip
+        cell: dict[str, Any] = {
+            "condition": cells[0]["condition"],
+            "examples": sum(c["examples"] for c in cells),
+        }
         for key in ("accuracy", "token_accuracy", "loss"):
             if all(is_finite(c.get(key)) for c in cells):
                 cell[key], cell[f"{key}_sd"] = mean_sd([c[key] for c in cells])
@@ -62,8 +70,14 @@ def seed_ratios(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, list[float]]:
     """(mode, length) -> each seed's perplexity there over its own at the training length."""
     ratios: dict[tuple, list[float]] = {}
     for _, rows in runs:
-        at_one = {r["mode"]: r["ppl"] for r in rows if r.get("factor") == 1.0
-                  and r["status"] == "ok" and is_finite(r.get("ppl")) and r["ppl"] > 0}  # fmt: skip
+        at_one = {
+            r["mode"]: r["ppl"]
+            for r in rows
+            if r.get("factor") == 1.0
+            and r["status"] == "ok"
+            and is_finite(r.get("ppl"))
+            and r["ppl"] > 0
+        }
         for r in rows:
             if r["mode"] in at_one and r["status"] == "ok" and is_finite(r.get("ppl")):
                 ratios.setdefault((r["mode"], r["length"]), []).append(r["ppl"] / at_one[r["mode"]])

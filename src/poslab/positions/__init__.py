@@ -2,23 +2,61 @@
 
 The list of schemes is the folder conf/pos/ (one YAML file per scheme, whose `_target_` names its
 class): tests, the benchmark and the recipes take it from `scheme_configs()`, so adding a scheme
-is one module here, one YAML file there, and its tests.
+is one module here and one YAML file there. Options several schemes share (randomized positions,
+the position dtype, the rotary options) live once, in conf/pos/_shared/, which a scheme's file
+lists in its Hydra defaults list; `scheme_yaml` composes a file the same way without Hydra.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poslab.instantiate import instantiate_checked
 from poslab.positions.base import PositionalScheme
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
 POS_CONF = Path(__file__).resolve().parents[1] / "conf" / "pos"
+HERE = "@_here_"  # the package of a shared file: merged into the scheme's own node
 
 
 def scheme_names() -> list[str]:
-    """Every scheme of conf/pos/, by file name."""
+    """Every scheme of conf/pos/, by file name (conf/pos/_shared/ holds no scheme)."""
     return sorted(p.stem for p in POS_CONF.glob("*.yaml"))
+
+
+def scheme_yaml(name: str) -> DictConfig:
+    """conf/pos/<name>.yaml with its defaults list applied as Hydra applies it, unresolved
+    (`${data.seq_len}` stays): for readers that load the configs with OmegaConf alone."""
+    return _compose(POS_CONF / f"{name}.yaml")
+
+
+def _compose(path: Path) -> DictConfig:
+    """The file's own keys and the files of its defaults list, merged in the list's order
+    (`_self_` where it stands, else last). Only what conf/pos/ uses is understood: entries
+    `_self_` and `PATH@_here_`, a path relative to the file's folder."""
+    from omegaconf import OmegaConf
+
+    own = OmegaConf.load(path)
+    defaults = own.pop("defaults", None)
+    if defaults is None:
+        return own
+    entries = list(defaults) if "_self_" in defaults else [*defaults, "_self_"]
+    composed = OmegaConf.create()
+    for entry in entries:
+        if entry == "_self_":
+            part = own
+        elif isinstance(entry, str) and entry.endswith(HERE):
+            part = _compose(path.parent / f"{entry.removesuffix(HERE)}.yaml")
+        else:
+            raise ValueError(
+                f"{path}: defaults entry {entry!r}; a scheme's file lists _self_ and shared "
+                f"files as PATH{HERE}"
+            )
+        composed = OmegaConf.merge(composed, part)
+    return composed
 
 
 def scheme_configs(seq_len: int = 64) -> dict[str, dict[str, Any]]:
@@ -29,9 +67,17 @@ def scheme_configs(seq_len: int = 64) -> dict[str, dict[str, Any]]:
     configs = {}
     for name in scheme_names():
         root = OmegaConf.create({"data": {"seq_len": seq_len}})
-        root.pos = OmegaConf.load(POS_CONF / f"{name}.yaml")
+        root.pos = scheme_yaml(name)
         configs[name] = OmegaConf.to_container(root.pos, resolve=True)
     return configs
+
+
+def scheme_class(name: str) -> type[PositionalScheme]:
+    """The class a scheme of conf/pos/ builds (its `_target_`): for what it declares without
+    being built, such as `shift_invariant`."""
+    from hydra.utils import get_class
+
+    return get_class(scheme_yaml(name)["_target_"])
 
 
 def build_scheme(name: str, d_model: int, n_head: int, seq_len: int = 64, **options: Any) -> Any:
@@ -43,6 +89,8 @@ def build_scheme(name: str, d_model: int, n_head: int, seq_len: int = 64, **opti
 __all__ = [
     "PositionalScheme",
     "build_scheme",
+    "scheme_class",
     "scheme_configs",
     "scheme_names",
+    "scheme_yaml",
 ]

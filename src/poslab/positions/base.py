@@ -1,4 +1,4 @@
-"""The one interface every positional scheme implements (second edition).
+"""The one interface every positional scheme implements.
 
 A scheme can act in four places; the model calls every hook for every scheme, never its name:
 

@@ -109,9 +109,13 @@ def sections_for(pairs: int, axes: int, sections: list[int] | None) -> list[int]
 
 class MRoPE(MultiAxisRotary):
     def __init__(
-        self, d_model: int, n_head: int, axes: int = 3, sections: list[int] | None = None,
+        self,
+        d_model: int,
+        n_head: int,
+        axes: int = 3,
+        sections: list[int] | None = None,
         **options: Any,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._sections = sections  # read by layout(), which the base constructor calls
         super().__init__(d_model, n_head, axes=axes, **options)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from poslab.positions.base import PositionalScheme
 
 
 class NoPositions(PositionalScheme):
     """All hooks are the identity (inherited from the base class)."""
 
-    reads_positions = False
-    shift_invariant = True
+    reads_positions: ClassVar[bool] = False
+    shift_invariant: ClassVar[bool] = True  # positions are not read at all

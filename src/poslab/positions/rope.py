@@ -199,8 +199,9 @@ class Rotary(PositionalScheme):
 
         def turned(x: Tensor, positions: Tensor) -> Tensor:
             angles = self.angles(positions)
-            return self._rotate(x, rotation(angles[:, None] if angles.dim() == 3 else angles,
-                                            self.pairing))  # fmt: skip
+            if angles.dim() == 3:  # per-sequence positions: a head axis
+                angles = angles[:, None]
+            return self._rotate(x, rotation(angles, self.pairing))
 
         near = turned(q, q_positions) @ turned(k, k_positions).transpose(-1, -2) * scale
         if leak is None:  # every key beyond the window is seen at distance w
@@ -223,7 +224,7 @@ class Rotary(PositionalScheme):
         """A learnable θ: θ_i/θ_i(init) per frequency, <out>/theta.png and theta.csv."""
         if self.theta_param is None:
             return []
-        from poslab.analysis import plot_theta, theta_ratio_rows
+        from poslab.positions.rope_theta import plot_theta, theta_ratio_rows
 
         rows = theta_ratio_rows(self, f"θ {self.theta_param}", run, seed)
         return [plot_theta(rows, out)]

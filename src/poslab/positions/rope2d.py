@@ -28,9 +28,13 @@ AXIS_LAYOUTS = ("split", "interleaved")
 
 class Rotary2D(MultiAxisRotary):
     def __init__(
-        self, d_model: int, n_head: int, axis_layout: str = "split", axes: int = 2,
+        self,
+        d_model: int,
+        n_head: int,
+        axis_layout: str = "split",
+        axes: int = 2,
         **options: Any,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if axis_layout not in AXIS_LAYOUTS:
             raise ConfigError(
                 f"pos.axis_layout={axis_layout!r}; choose one of {', '.join(AXIS_LAYOUTS)}"

@@ -15,9 +15,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from poslab.data.sampling import ResumableLoader, run_batches
 from poslab.errors import ConfigError
 from poslab.losses import IGNORE_INDEX
-from poslab.sampling import ResumableLoader, run_batches
 from poslab.tasks.base import Example, Task, example_rng, score
 
 __all__ = ["Example", "Task", "TaskDataModule", "TaskExamples", "example_rng", "score"]
@@ -40,9 +40,16 @@ class TaskExamples(Dataset):
     """`count` examples of `length` tokens; example i is made from (seed, stream, i)."""
 
     def __init__(
-        self, task: Task, length: int, count: int, seed: int, stream: int,
-        loss_on: str = "answer", train: bool = False, condition: dict | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        task: Task,
+        length: int,
+        count: int,
+        seed: int,
+        stream: int,
+        loss_on: str = "answer",
+        train: bool = False,
+        condition: dict | None = None,
+    ) -> None:
         self.task, self.length, self.count = task, length, count
         self.seed, self.stream, self.loss_on = seed, stream, loss_on
         self.train, self.condition = train, condition
@@ -128,14 +135,21 @@ class TaskDataModule(L.LightningDataModule):
         total = trainer.max_steps * trainer.accumulate_grad_batches if trainer else 1000
         world = trainer.world_size if trainer else 1
         train_set = TaskExamples(
-            self.task, self.seq_len, total * self.batch_size * world, self.seed, TRAIN,
-            self.loss_on, train=True,
-        )  # fmt: skip
+            self.task,
+            self.seq_len,
+            total * self.batch_size * world,
+            self.seed,
+            TRAIN,
+            self.loss_on,
+            train=True,
+        )
         batches = run_batches(trainer, len(train_set), self.batch_size, self.seed, total)
         return ResumableLoader(
-            train_set, batches, num_workers=self.num_workers,
+            train_set,
+            batches,
+            num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
-        )  # fmt: skip
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.eval_batch_size)

@@ -24,8 +24,13 @@ class AssocRecall(Task):
         self, pairs: int = 8, queries: int = 4, keys: int = 32, values: int = 32, noise: int = 16
     ) -> None:
         super().__init__()
-        for key, value, low in (("pairs", pairs, 1), ("queries", queries, 1), ("keys", keys, 1),
-                                ("values", values, 2), ("noise", noise, 1)):  # fmt: skip
+        for key, value, low in (
+            ("pairs", pairs, 1),
+            ("queries", queries, 1),
+            ("keys", keys, 1),
+            ("values", values, 2),
+            ("noise", noise, 1),
+        ):
             require(f"data.task.{key}", value, integer(low))  # refuses true/false too
         if keys < pairs or queries > pairs:
             raise ConfigError(
@@ -34,9 +39,10 @@ class AssocRecall(Task):
             )
         self.pairs, self.queries = pairs, queries
         self.vocabulary(
-            [f"k{i}" for i in range(keys)], [f"v{i}" for i in range(values)],
+            [f"k{i}" for i in range(keys)],
+            [f"v{i}" for i in range(values)],
             [f"n{i}" for i in range(noise)],
-        )  # fmt: skip
+        )
         self.key_ids = np.array([self.ids[f"k{i}"] for i in range(keys)])
         self.value_ids = np.array([self.ids[f"v{i}"] for i in range(values)])
         self.noise_ids = np.array([self.ids[f"n{i}"] for i in range(noise)])
@@ -45,18 +51,23 @@ class AssocRecall(Task):
         return 2 * self.pairs + 2 * self.queries - 1
 
     def example(
-        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        self,
+        length: int,
+        rng: np.random.Generator,
+        condition: dict | None = None,
         train: bool = False,
-    ) -> Example:  # fmt: skip
+    ) -> Example:
         self.check_length(length)
         keys = rng.choice(self.key_ids, self.pairs, replace=False)
         values = rng.choice(self.value_ids, self.pairs)  # values may repeat, keys do not
         asked = rng.choice(self.pairs, self.queries, replace=False)
         gap = length + 1 - 2 * self.pairs - 2 * self.queries
-        tokens = np.concatenate([
-            np.stack([keys, values], 1).ravel(), rng.choice(self.noise_ids, gap),
+        parts = [
+            np.stack([keys, values], 1).ravel(),
+            rng.choice(self.noise_ids, gap),
             np.stack([keys[asked], values[asked]], 1).ravel(),
-        ]).astype(np.int64)  # fmt: skip
+        ]
+        tokens = np.concatenate(parts).astype(np.int64)
         answer = np.zeros(length, dtype=bool)
         answer[length - 2 * self.queries + 1 :: 2] = True  # the targets that are values
         return Example(tokens, answer)

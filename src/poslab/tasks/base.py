@@ -84,9 +84,12 @@ class Task:
             )
 
     def example(
-        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        self,
+        length: int,
+        rng: np.random.Generator,
+        condition: dict | None = None,
         train: bool = False,
-    ) -> Example:  # fmt: skip
+    ) -> Example:
         """One example of `length` + 1 tokens. `train` examples may vary within the length
         (copy: any size up to it); evaluation examples fill it."""
         raise NotImplementedError

@@ -34,9 +34,12 @@ class Copy(Task):
         return 3  # <bos> x = x
 
     def example(
-        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        self,
+        length: int,
+        rng: np.random.Generator,
+        condition: dict | None = None,
         train: bool = False,
-    ) -> Example:  # fmt: skip
+    ) -> Example:
         self.check_length(length)
         longest = (length - 1) // 2  # <bos> + n + "=" + n ≤ length + 1
         n = int(rng.integers(1, longest + 1)) if train else longest

@@ -71,9 +71,12 @@ class Grid(Task):
         return self.side(length)  # the last row and column
 
     def example(
-        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        self,
+        length: int,
+        rng: np.random.Generator,
+        condition: dict | None = None,
         train: bool = False,
-    ) -> Example:  # fmt: skip
+    ) -> Example:
         self.check_length(length)
         s = self.side(length)
         shift = int(rng.choice(self.shifts))

@@ -84,9 +84,12 @@ class ImageGrid(Task):
         return (q[..., 0] * self.levels + q[..., 1]) * self.levels + q[..., 2]
 
     def example(
-        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        self,
+        length: int,
+        rng: np.random.Generator,
+        condition: dict | None = None,
         train: bool = False,
-    ) -> Example:  # fmt: skip
+    ) -> Example:
         self.check_length(length)
         s = self.side(length)
         pool = self.images["train" if train else "heldout"]

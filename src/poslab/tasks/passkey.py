@@ -46,9 +46,12 @@ class Passkey(Task):
         return len(self.statement) + 2 * self.digits + 1 + len(self.question) - 1
 
     def example(
-        self, length: int, rng: np.random.Generator, condition: dict | None = None,
+        self,
+        length: int,
+        rng: np.random.Generator,
+        condition: dict | None = None,
         train: bool = False,
-    ) -> Example:  # fmt: skip
+    ) -> Example:
         self.check_length(length)
         depth = (condition or {}).get("depth")
         if depth is None:
@@ -59,9 +62,14 @@ class Passkey(Task):
         start = int(rng.integers(len(self.filler)))  # where in the filler text it begins
         text = np.resize(np.roll(self.filler, -start), filler_total)
         tokens = [
-            *text[:before], *self.statement, *key, self.full_stop, *text[before:],
-            *self.question, *key,
-        ]  # fmt: skip
+            *text[:before],
+            *self.statement,
+            *key,
+            self.full_stop,
+            *text[before:],
+            *self.question,
+            *key,
+        ]
         answer = np.zeros(length, dtype=bool)
         answer[-self.digits :] = True
         return Example(np.asarray(tokens, dtype=np.int64), answer, {"depth": depth})

@@ -7,11 +7,13 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, SCHEMES, TINY, WIKITEXT2, compose_train, train_in_process
+from conftest import SCHEMES, TINY, compose_train, train_in_process
+from processes import folder_digest, status_of, val_losses
 
 from poslab.build import load_checkpoint
 from poslab.errors import ConfigError
@@ -124,70 +126,15 @@ def run_cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.C
     )  # fmt: skip
 
 
-def test_cli_errors_are_one_clear_line(corpus, tmp_path):
-    unknown = run_cli([str(REPO / "train.py"), "pos=nosuchscheme"], tmp_path)
-    assert unknown.returncode == 2
-    assert unknown.stderr.strip().splitlines() == [
-        f"error: pos=nosuchscheme is not an option; choose one of: {', '.join(SCHEMES)}"
-    ]
-    odd = run_cli(
-        [str(REPO / "train.py"), f"data.path={corpus}", *TINY, "pos=rope", "pos.fraction=0.03125"],
-        tmp_path,
-    )
-    assert odd.returncode == 2
-    assert "Traceback" not in odd.stderr
-    assert "error: rope rotates pairs of dims" in odd.stderr
-
-
 def test_hub_unreachable_says_pass_data_path(tmp_path):
     # HF_HUB_OFFLINE=1 (set for the session) makes the hub fail at once instead of timing out
     code = (
-        "from poslab.data import read_corpus\n"
+        "from poslab.data.corpus import read_corpus\n"
         f"read_corpus('Salesforce/wikitext', 'wikitext-2-v1', None, r'{tmp_path}')\n"
     )
     result = run_cli(["-c", code], tmp_path, {"HF_HOME": str(tmp_path / "hf")})
     assert result.returncode != 0
     assert "pass data.path=DIR" in result.stderr
-
-
-def test_train_py_multirun_each_job_its_own_offline_wandb_run(corpus, tmp_path):
-    """`python train.py -m pos=rope,alibi`: two jobs, two W&B offline runs (chosen because no
-    credentials exist), and the sweep's comparison table."""
-    env = {"HOME": str(tmp_path), "NETRC": str(tmp_path / "none")}
-    env_clean = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE",)}
-    sweep = tmp_path / "sweep"
-    result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "-m", "pos=rope,alibi", f"data.path={corpus}",
-         *[o for o in TINY if not o.startswith("logger=")], "logger=wandb",
-         "trainer.max_steps=10", "eval.factors=[1,2]", "eval.modes=[nonoverlapping]",
-         f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**env_clean, **env},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    runs = sorted(sweep.glob("*/wandb/offline-run-*"))
-    assert [r.parts[-3].split("_")[1] for r in runs] == ["rope-tiny-L16", "alibi-tiny-L16"]
-    assert len({r.name.rsplit("-", 1)[1] for r in runs}) == 2  # distinct run ids
-    assert all((sweep / j / "checkpoints" / "best.ckpt").is_file() for j in
-               ("0_rope-tiny-L16", "1_alibi-tiny-L16"))  # fmt: skip
-    table = (sweep / "comparison" / "comparison.md").read_text()
-    assert "| rope |" in table and "| alibi |" in table
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not WIKITEXT2.is_dir(), reason="../shared/data/wikitext-2 not present")
-@pytest.mark.parametrize("scheme", SCHEMES)
-def test_acceptance_command_on_wikitext2(scheme, tmp_path):
-    """Issue #2's acceptance run on the real corpus (about a minute per scheme on 2 cores)."""
-    result = run_cli(
-        [str(REPO / "train.py"), f"pos={scheme}", f"data.path={WIKITEXT2}", "model=tiny",
-         "data.seq_len=64", "trainer.max_steps=60", "logger=csv", "eval.after_train=false",
-         f"hydra.run.dir={tmp_path}"],
-        tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert (tmp_path / "checkpoints" / "best.ckpt").is_file()
-    val = [float(r["val/loss"]) for r in metrics_csv(tmp_path) if r.get("val/loss")]
-    assert val[-1] < val[0]
 
 
 def test_scheme_parameters_get_their_own_lr_and_no_decay(corpus, tmp_path):
@@ -226,3 +173,86 @@ def test_warmup_longer_than_the_run_is_capped():
     assert warmup_steps_for(100, 60) == 12  # a fifth of the run
     assert warmup_steps_for(60, 600) == 60  # a sensible warm-up is kept
     assert warmup_steps_for(5, 3) == 1
+
+
+# in-process runs: short, one precision, a checkpoint at every validation
+SHORT = [*TINY, "eval.after_train=false", "trainer.precision=32-true"]
+
+
+def train(corpus: Path, out: Path, *extra: str) -> dict:
+    return run_training(compose_train([f"data.path={corpus}", *SHORT, *extra], out))
+
+
+def test_extending_a_run_keeps_one_best_checkpoint_with_the_best_score(corpus, tmp_path):
+    """A run that ended at a validation (its last.ckpt written there) is extended: the resumed
+    half must know that validation's score. It used to write its best to best-v1.ckpt and keep a
+    stale best.ckpt, and report the stale best_val_loss."""
+    train(corpus, tmp_path, "trainer.max_steps=20", "train.validate_before_fit=false")
+    # the last.ckpt written at that validation knows its score (saved before ModelCheckpoint
+    # had seen it, it held no best at all)
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    ((_, first),) = val_losses(tmp_path)
+    assert float(state["best_model_score"]) == pytest.approx(first, rel=1e-6)
+    # what a writer killed mid-save leaves: the resumed run removes it
+    (tmp_path / "checkpoints" / ".last.ckpt.4242.tmp").write_bytes(b"half a checkpoint")
+    metrics = train(corpus, tmp_path, "trainer.max_steps=60", "resume=auto")
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "best.ckpt",
+        "last.ckpt",
+    ]
+    losses = val_losses(tmp_path)
+    assert [step for step, _ in losses] == [19, 39, 59]  # Lightning logs step - 1
+    best_step, best = min(losses, key=lambda sl: sl[1])
+    assert metrics["best_val_loss"] == pytest.approx(best, rel=1e-6)
+    stored = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)
+    assert stored["global_step"] == best_step + 1
+    assert status_of(tmp_path)["best_val_loss"] == pytest.approx(best, rel=1e-6)
+
+
+def test_resuming_a_finished_run_changes_nothing(corpus, tmp_path):
+    first = train(corpus, tmp_path, "trainer.max_steps=20")
+    before = folder_digest(tmp_path)
+    again = train(corpus, tmp_path, "trainer.max_steps=20", "resume=auto")
+    assert folder_digest(tmp_path) == before
+    assert again["best_val_loss"] == pytest.approx(first["best_val_loss"], rel=1e-9)
+    assert again["val_loss_initial"] == pytest.approx(first["val/loss_initial"], rel=1e-9)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_anew_in_its_folder(corpus, tmp_path):
+    """resume=RUN of a run killed before it saved anything: it used to name eval.py's options
+    (`pass ckpt=PATH or run=RUN_DIR`) and mark the run failed."""
+    (tmp_path / ".hydra").mkdir()
+    metrics = train(corpus, tmp_path, "trainer.max_steps=10", f"resume={tmp_path}")
+    assert status_of(tmp_path)["status"] == "completed" and status_of(tmp_path)["step"] == 10
+    assert metrics["best_val_loss"] > 0
+
+
+def test_a_resumed_run_may_find_its_token_cache_elsewhere(corpus, tmp_path):
+    """data.cache_dir says where tokens are kept (POSLAB_CACHE set in one shell, not in the
+    next), not what they are: no reason to refuse a resume."""
+    run = tmp_path / "run"
+    train(corpus, run, "trainer.max_steps=10", f"data.cache_dir={tmp_path / 'here'}")
+    train(corpus, run, "trainer.max_steps=20", f"data.cache_dir={tmp_path / 'there'}",
+          "resume=auto")  # fmt: skip
+    assert status_of(run)["status"] == "completed" and status_of(run)["step"] == 20
+
+
+@pytest.mark.parametrize("first", ["32-true", "bf16-mixed"])
+def test_a_resumed_run_keeps_the_precision_it_started_with(corpus, tmp_path, first):
+    """Whatever precision=auto would pick on this machine now, the second half of a run trains
+    at the precision of its first half (one of the two cases differs from auto's pick here)."""
+    train(corpus, tmp_path, "trainer.max_steps=10", f"trainer.precision={first}")
+    train(corpus, tmp_path, "trainer.max_steps=20", "trainer.precision=auto", "resume=auto")
+    stored = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert stored["global_step"] == 20
+    assert stored["hyper_parameters"]["config"]["trainer"]["precision"] == first
+
+
+def test_checkpoints_never_pass_through_tmpdir(corpus, tmp_path, monkeypatch):
+    """Lightning's save stages each checkpoint in $TMPDIR (a 1 MiB TMPDIR failed the first one);
+    poslab writes beside the checkpoint. With no usable temp folder at all, training works."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmpdir"))
+    train(corpus, tmp_path / "run", "trainer.max_steps=10")
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert not list((tmp_path / "run").rglob("*.tmp"))

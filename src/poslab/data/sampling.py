@@ -101,8 +101,13 @@ class ResumableLoader(DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         b = self.batches
-        return {"seed": b.seed, "batch_size": b.batch_size, "num_windows": b.num_windows,
-                "world_size": b.world_size, "accumulate": b.accumulate}  # fmt: skip
+        return {
+            "seed": b.seed,
+            "batch_size": b.batch_size,
+            "num_windows": b.num_windows,
+            "world_size": b.world_size,
+            "accumulate": b.accumulate,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         now = self.state_dict()

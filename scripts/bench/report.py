@@ -1,0 +1,349 @@
+"""The report: machine and run, the tables, and each target of the project checked as met/not
+met, in Markdown."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bench.configs import EVAL_FACTORS, REFERENCE, Options
+from bench.memory import memory_cell
+from bench.run import Report
+from bench.timing import Stat
+
+# the project's targets for speed and memory (docs/benchmarks.md checks each)
+TARGET_VS_PEER = 1.2
+TARGET_VS_NOPE = 0.95
+TARGET_MFU = 0.60
+TARGET_EVAL_OVER_TRAIN = 3.0
+TARGET_MEM_BYTES = 2e9
+TARGET_MEM_SCHEMES = ("alibi", "t5")
+
+
+def _num(x: float | None, fmt: str = ",.0f") -> str:
+    return "—" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def _tok(stat: Stat | None) -> str:
+    if stat is None or not stat.samples:
+        return "—"
+    spread = f" ±{stat.spread:.0%}" if len(stat.samples) > 1 else ""
+    return f"{stat.median:,.0f}{spread}"
+
+
+def _ratio(a: Stat | None, b: Stat | None) -> float | None:
+    if a is None or b is None or not a.samples or not b.samples:
+        return None
+    return a.median / b.median
+
+
+def _x(ratio: float | None) -> str:
+    return "—" if ratio is None or not math.isfinite(ratio) else f"{ratio:.2f}×"
+
+
+def _s(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds:.1f} s"
+
+
+def _mem_bytes(mem: dict[str, Any] | None) -> float | None:
+    return None if not mem or "error" in mem else float(mem["bytes"])
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def render_header(report: Report) -> list[str]:
+    o, s = report.options, report.setup
+    lines = [
+        f"- **date**: {report.date}; the run took {report.seconds / 60:.1f} min",
+        f"- **command**: `{o.command}`",
+        f"- **attention**: `{o.attention}`",
+    ]
+    lines += [f"- **{k}**: {v}" for k, v in report.machine.items()]
+    lines += [
+        f"- **device**: {s.device}",
+        f"- **precision**: `{s.precision}` ({dtype_name(s.compute_dtype)} matmuls); why: "
+        f"{s.precision_reason}",
+        f"- **bf16 speed-up** (bf16/fp32 matmul throughput, measured): {report.bf16_speedup:.2f}×",
+        f"- **matmul peak** at {dtype_name(s.compute_dtype)}: "
+        f"{report.peak_flops / 1e9:,.1f} GFLOP/s ({report.peak_size}² matmuls, the best "
+        "of timings before and after the rounds)",
+        f"- **workload**: model `{o.model}`, L={o.seq_len}, batch {o.batch_size} "
+        f"({o.batch_size * o.seq_len:,} tokens/step), vocab {o.vocab:,}, dropout 0; "
+        f"{o.rounds} rounds × {o.steps} timed steps per job after {o.warmup} warm-up steps; "
+        f"eval: {o.eval_batches} batches per length and round",
+    ]
+    if "learned" in o.schemes:
+        lines.append(
+            f"- `learned` has a table of {o.max_len} = 16·L rows (`max_positions`) in this "
+            "benchmark, so it is trained and evaluated at every length; a run trained at L "
+            "would have L rows and no 4×/16× evaluation"
+        )
+    return lines
+
+
+def render_tables(report: Report) -> list[str]:
+    lines = training_table(report)
+    if report.options.compile:
+        lines += compiled_table(report)
+    return lines + evaluation_table(report)
+
+
+def training_table(report: Report) -> list[str]:
+    """Eager training at L (with the x-transformers columns and notes of a --peer run)."""
+    o = report.options
+    nope = report.result(REFERENCE)
+    peer = o.peer
+    head = "| scheme | tok/s | MFU | peak memory | vs nope |"
+    rule = "|---|---:|---:|---:|---:|"
+    if peer:
+        head += " x-transformers tok/s | vs x-transformers |"
+        rule += "---:|---:|"
+    lines = [f"### Training at L={o.seq_len}", "", head, rule]
+    notes = []
+    for r in report.results:
+        row = (
+            f"| {r.scheme} | {_tok(r.train)} | {_num(report.mfu(r, r.train), '.1%')} "
+            f"| {memory_cell(r.train_mem)} "
+            f"| {_x(_ratio(r.train, nope.train if nope else None))} |"
+        )
+        if peer:
+            row += f" {_tok(r.peer)} | {_x(_ratio(r.train, r.peer))} |"
+            size = (
+                f"{r.params / 1e6:.2f}M parameters, x-transformers {r.peer_params / 1e6:.2f}M"
+                if r.peer_params
+                else ""
+            )
+            note = "; ".join(x for x in (size, r.peer_note) if x)
+            notes.append(f"- {r.scheme}: {note}")
+        lines.append(row)
+    if notes:
+        lines += [
+            "",
+            "x-transformers models (tied embeddings; its attention projections have no "
+            "biases, its LayerNorms a unit-offset gain and no bias):",
+            *notes,
+        ]
+    return lines
+
+
+def compiled_table(report: Report) -> list[str]:
+    """Training at L with torch.compile (--compile), and the compiling first step."""
+    peer = report.options.peer
+    lines = [
+        "",
+        f"### Training at L={report.options.seq_len} with torch.compile",
+        "",
+        "| scheme | tok/s | MFU | vs eager | first step (compiles) |"
+        + (" x-transformers tok/s | vs x-transformers | its first step |" if peer else ""),
+        "|---|---:|---:|---:|---:|" + ("---:|---:|---:|" if peer else ""),
+    ]
+    for r in report.results:
+        row = (
+            f"| {r.scheme} | {_tok(r.compiled)} | {_num(report.mfu(r, r.compiled), '.1%')} "
+            f"| {_x(_ratio(r.compiled, r.train))} | {_s(r.compile_s)} |"
+        )
+        if peer:
+            ratio = _x(_ratio(r.compiled, r.peer_compiled))
+            row += f" {_tok(r.peer_compiled)} | {ratio} | {_s(r.peer_compile_s)} |"
+        lines.append(row)
+    return lines
+
+
+def evaluation_table(report: Report) -> list[str]:
+    """Evaluation at every factor of L, against training at L and at 16·L."""
+    seq_len = report.options.seq_len
+    f_lo, f_hi = EVAL_FACTORS[0], EVAL_FACTORS[-1]
+    lines = [
+        "",
+        f"### Evaluation (non-overlapping windows; L={seq_len})",
+        "",
+        "| scheme | "
+        + " | ".join(f"eval tok/s {f}× ({f * seq_len})" for f in EVAL_FACTORS)
+        + f" | train tok/s {f_hi}× | eval/train {f_lo}× | eval/train {f_hi}× "
+        f"| peak memory {f_hi}× |",
+        "|---|" + "---:|" * (len(EVAL_FACTORS) + 4),
+    ]
+    for r in report.results:
+        cells = [_tok(r.eval[f]) for f in EVAL_FACTORS]
+        cells += [
+            _tok(r.train_long),
+            _x(_ratio(r.eval[f_lo], r.train)),
+            _x(_ratio(r.eval[f_hi], r.train_long)),
+            memory_cell(r.eval_mem),
+        ]
+        lines.append(f"| {r.scheme} | " + " | ".join(cells) + " |")
+    return lines
+
+
+@dataclass
+class Target:
+    name: str
+    met: bool | None  # None: not measured in this run
+    detail: str
+
+
+def verdict(
+    name: str,
+    pairs: list[tuple[str, float | None]],
+    ok: Callable[[float], bool],
+    show: Callable[[float], str],
+    missing: str = "not measured",
+) -> Target:
+    """A target met where every measured (scheme, value) pair is `ok`, with the numbers; pairs
+    with no finite value are listed as not measured."""
+    measured = [(s, v) for s, v in pairs if v is not None and math.isfinite(v)]
+    if not measured:
+        return Target(name, None, missing)
+    misses = [s for s, v in measured if not ok(v)]
+    detail = ", ".join(f"{s} {show(v)}" for s, v in measured)
+    if misses:
+        detail += f"; missed by {', '.join(misses)}"
+    unmeasured = [s for s, v in pairs if v is None or not math.isfinite(v)]
+    if unmeasured:
+        detail += f" (not measured: {', '.join(unmeasured)})"
+    return Target(name, not misses, detail)
+
+
+def _times(v: float) -> str:
+    return f"{v:.2f}×"
+
+
+def check_targets(report: Report) -> list[Target]:
+    """Every target of the project, with the numbers behind the verdict."""
+    o = report.options
+    rs = report.results
+    targets: list[Target] = []
+
+    def add(*args: Any) -> None:
+        targets.append(verdict(*args))
+
+    times = _times
+    name = f"training tok/s ≥ {TARGET_VS_PEER}× x-transformers"
+    if o.peer:
+        pairs = [(r.scheme, _ratio(r.train, r.peer)) for r in rs]
+        add(name, pairs, lambda v: v >= TARGET_VS_PEER, times)
+        if o.compile:
+            pairs = [(r.scheme, _ratio(r.compiled, r.peer_compiled)) for r in rs]
+            add(f"{name}, both compiled", pairs, lambda v: v >= TARGET_VS_PEER, times)
+    else:
+        targets.append(Target(name, None, "not measured (run with --peer)"))
+    nope = report.result(REFERENCE)
+    pairs = [
+        (r.scheme, _ratio(r.train, nope.train if nope else None))
+        for r in rs
+        if r.scheme != REFERENCE
+    ]
+    add(
+        f"training tok/s ≥ {TARGET_VS_NOPE}× nope",
+        pairs,
+        lambda v: v >= TARGET_VS_NOPE,
+        times,
+        "not measured (nope is not in --schemes)",
+    )
+    pairs = [(r.scheme, report.mfu(r, r.train)) for r in rs]
+    add(
+        f"MFU ≥ {TARGET_MFU:.0%} of the measured matmul peak",
+        pairs,
+        lambda v: v >= TARGET_MFU,
+        lambda v: f"{v:.1%}",
+    )
+    name = "MFU with torch.compile higher than without (ratio compiled/eager)"
+    if o.compile:
+        pairs = [(r.scheme, _ratio(r.compiled, r.train)) for r in rs]
+        add(name, pairs, lambda v: v > 1.0, times)
+    else:
+        targets.append(Target(name, None, "not measured (run with --compile)"))
+    for factor, attr in ((EVAL_FACTORS[0], "train"), (EVAL_FACTORS[-1], "train_long")):
+        pairs = [(r.scheme, _ratio(r.eval[factor], getattr(r, attr))) for r in rs]
+        add(
+            f"eval tok/s ≥ {TARGET_EVAL_OVER_TRAIN:g}× training tok/s at {factor}× L",
+            pairs,
+            lambda v: v >= TARGET_EVAL_OVER_TRAIN,
+            times,
+        )
+    pairs = [(r.scheme, _mem_bytes(r.eval_mem)) for r in rs if r.scheme in TARGET_MEM_SCHEMES]
+    add(
+        f"peak memory at 16× L ≤ {TARGET_MEM_BYTES / 1e9:g} GB for alibi/t5 (small model)",
+        pairs,
+        lambda v: v <= TARGET_MEM_BYTES,
+        lambda v: f"{v / 1e6:,.0f} MB",
+        "not measured" if o.memory else "not measured (memory off)",
+    )
+    return targets
+
+
+def off_target_conditions(o: Options) -> list[str]:
+    """Where this run differs from the conditions the targets are set for."""
+    conditions = []
+    if o.model != "small":
+        conditions.append(f"model `{o.model}`, not `small`")
+    if o.seq_len != 256:
+        conditions.append(f"L={o.seq_len}, not 256")
+    if o.precision != "auto":
+        conditions.append(f"precision `{o.precision}`, not `auto`")
+    return conditions
+
+
+def render_targets(targets: list[Target]) -> list[str]:
+    verdict = {True: "met", False: "**not met**", None: "not measured"}
+    return ["| target | verdict | numbers |", "|---|---|---|"] + [
+        f"| {t.name} | {verdict[t.met]} | {t.detail} |" for t in targets
+    ]
+
+
+EXPLANATION = """\
+How to read this (and how it is measured; `scripts/benchmark.py` has the code):
+
+- **tok/s**: training tokens per second of the real training step: `model.loss` (the fused,
+  chunked output projection + cross-entropy of poslab.losses), backward, gradient clipping at
+  1.0, AdamW (fused where training fuses it), `zero_grad(set_to_none=True)`, forward under the
+  autocast dtype of the precision; random token ids, no data loading. The median over rounds;
+  ±x% is half the range of the rounds relative to the median. Every round times every job in
+  turn (ours, x-transformers, the next scheme, ...), so drift of the machine hits all alike.
+- **MFU**: model FLOPs per token × tok/s ÷ the matmul peak. Model FLOPs per trained token =
+  6·(N + d·V) + 6·n_layer·d·T, with N the matmul weights of the blocks (q/k/v/out projections,
+  MLP; no embeddings, norms or biases), d·V the tied output projection, and 6·n_layer·d·T causal
+  attention (half of PaLM's 12·n_layer·d·T). The peak is the best FLOP/s of square matmuls
+  timed on the same device at the same dtype in the same run.
+- **peak memory**: on a CPU, the peak resident memory of a fresh process doing only this
+  measurement (model built, optimizer, two training steps at L; or the model and one evaluation
+  batch at 16·L), minus its resident memory before it built the model: weights, gradients,
+  AdamW moments, activations and runtime overhead (the kernel's peak counter is reset first;
+  "(≤)" marks an upper bound where it cannot be). On CUDA, `torch.cuda.max_memory_allocated`
+  of that process. MB = 10⁶ bytes.
+- **vs nope**: tok/s ÷ the tok/s of `nope` (no positional work at all).
+- **x-transformers / vs x-transformers**: the same size and scheme built with x-transformers'
+  `TransformerWrapper`/`Decoder` (tied embeddings, SDPA attention where it allows it), trained on
+  the same batch with the same optimizer and precision, loss `F.cross_entropy` over its logits;
+  the ratio is ours ÷ theirs.
+- **torch.compile**: the step with `model.hidden_states` compiled, as `trainer.compile=true`
+  does (the fused loss stays eager); x-transformers' whole model compiled. The first step,
+  which compiles, is excluded from tok/s and shown on its own.
+- **eval tok/s**: `poslab.evaluation.perplexity.score(..., "nonoverlapping")` on a synthetic
+  split at 1×, 4×, 16× L: tokens scored ÷ its own clock. **train tok/s 16×**: the training step
+  at 16·L with the same tokens per step (batch·L/(16·L) sequences), so **eval/train 16×**
+  compares the same length; eval/train 1× uses the training row.
+"""
+
+
+def render_markdown(report: Report, explain: bool = False) -> str:
+    lines = ["# Benchmarks", ""]
+    if explain:
+        lines += [EXPLANATION]
+    lines += ["### Machine and run", "", *render_header(report), "", *render_tables(report)]
+    lines += ["", "### Targets", ""]
+    conditions = off_target_conditions(report.options)
+    if conditions:
+        lines += [
+            "The targets are set for the `small` model, L=256 and precision `auto`; this run "
+            f"differs ({'; '.join(conditions)}), so its verdicts are indicative only.",
+            "",
+        ]
+    lines += [*render_targets(check_targets(report)), ""]
+    return "\n".join(lines)

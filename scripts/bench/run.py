@@ -1,0 +1,248 @@
+"""The benchmark run: every job built, peak memory measured, then all jobs timed round-robin."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from bench.configs import EVAL_FACTORS, Options, scheme_config
+from bench.memory import MemoryServer, memory_cell
+from bench.peer import build_peer, peer_loss, peer_version
+from bench.timing import (
+    EvalJob,
+    LossFn,
+    Setup,
+    Stat,
+    TrainJob,
+    bf16_speedup,
+    eval_split_tokens,
+    make_setup,
+    matmul_peak,
+    synthetic_split,
+    train_flops_per_token,
+)
+from poslab.build import build_model
+
+
+@dataclass
+class SchemeResult:
+    scheme: str
+    flops_per_token: float
+    train: Stat
+    train_long: Stat  # at 16·L, same tokens per step
+    eval: dict[int, Stat]  # factor -> tokens/s
+    params: int = 0
+    peer: Stat | None = None
+    peer_note: str = ""
+    peer_params: int = 0
+    compiled: Stat | None = None
+    compile_s: float | None = None
+    peer_compiled: Stat | None = None
+    peer_compile_s: float | None = None
+    train_mem: dict[str, Any] | None = None
+    eval_mem: dict[str, Any] | None = None
+    compiled_job: TrainJob | None = None
+    peer_compiled_job: TrainJob | None = None
+
+
+@dataclass
+class Report:
+    options: Options
+    setup: Setup
+    machine: dict[str, str]
+    peak_flops: float
+    peak_size: int
+    bf16_speedup: float
+    results: list[SchemeResult]
+    seconds: float
+    date: str
+
+    def result(self, scheme: str) -> SchemeResult | None:
+        return next((r for r in self.results if r.scheme == scheme), None)
+
+    def mfu(self, r: SchemeResult, stat: Stat | None) -> float:
+        if stat is None:
+            return float("nan")
+        return r.flops_per_token * stat.median / self.peak_flops
+
+
+def machine_info(setup: Setup) -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    info = {
+        "CPU": f"{cpu}, {os.cpu_count()} logical CPUs ({usable} usable), "
+        f"torch intra-op threads {torch.get_num_threads()}",
+    }
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+        info["memory"] = f"{kb / 2**20:.1f} GiB"
+    except (OSError, StopIteration):
+        pass
+    if setup.device.type == "cuda":
+        info["GPU"] = torch.cuda.get_device_name(setup.device)
+    info["software"] = (
+        f"Python {platform.python_version()}, torch {torch.__version__}, "
+        f"x-transformers {peer_version()}, {platform.system()} {platform.release()}"
+    )
+    return info
+
+
+def build_jobs(
+    options: Options, setup: Setup
+) -> tuple[list[SchemeResult], list[TrainJob | EvalJob]]:
+    """Every model and job, and the results their timings land in. Jobs are listed in the
+    order they run in every round: for each scheme ours, then its peer (so the two see the same
+    moment of the machine), compiled ones, 16·L training, evaluation."""
+    L, long_len = options.seq_len, options.max_len
+    long_batch = max(1, options.batch_size * L // long_len)  # same tokens per step at 16·L
+    split = synthetic_split(eval_split_tokens(options, setup.device), options.vocab)
+
+    def train_job(
+        module: nn.Module,
+        loss_fn: LossFn,
+        batch: int = options.batch_size,
+        length: int = L,
+        compiled: bool = False,
+    ) -> TrainJob:
+        return TrainJob(
+            setup, module, loss_fn, batch, length, options.vocab, options.steps, compiled
+        )
+
+    results: list[SchemeResult] = []
+    jobs: list[TrainJob | EvalJob] = []
+    for scheme in options.schemes:
+        config = scheme_config(options.model, scheme, L, long_len, options.attention)
+        torch.manual_seed(0)
+        model = build_model(config, options.vocab).to(setup.device)
+        train = train_job(model, model.loss)
+        r = SchemeResult(scheme, train_flops_per_token(model, L), train.stat, Stat(), {})
+        r.params = sum(p.numel() for p in model.parameters())
+        jobs.append(train)
+        peer_train = None
+        if options.peer:
+            peer, r.peer_note = build_peer(scheme, config, options.vocab, long_len)
+            if peer is not None:
+                peer = peer.to(setup.device)
+                peer_train = train_job(peer, peer_loss(peer))
+                r.peer = peer_train.stat
+                r.peer_params = sum(p.numel() for p in peer.parameters())
+                jobs.append(peer_train)
+        if options.compile:
+            # as trainer.compile=true does (poslab.lit): the network body compiled, the fused
+            # chunked loss eager; on a copy, so that the eager jobs keep an eager model
+            twin = copy.deepcopy(model)
+            twin.hidden_states = torch.compile(twin.hidden_states)
+            r.compiled_job = train_job(twin, twin.loss, compiled=True)
+            r.compiled = r.compiled_job.stat
+            jobs.append(r.compiled_job)
+            if peer_train is not None:
+                peer_twin = copy.deepcopy(peer_train.module)
+                compiled_loss = peer_loss(torch.compile(peer_twin))
+                r.peer_compiled_job = train_job(peer_twin, compiled_loss, compiled=True)
+                r.peer_compiled = r.peer_compiled_job.stat
+                jobs.append(r.peer_compiled_job)
+        long = train_job(model, model.loss, long_batch, long_len)
+        r.train_long = long.stat
+        jobs.append(long)
+        for factor in EVAL_FACTORS:
+            job = EvalJob(setup, model, split, factor * L)
+            r.eval[factor] = job.stat
+            jobs.append(job)
+        results.append(r)
+    return results, jobs
+
+
+def run_benchmark(options: Options, progress: Callable[[str], None] | None = None) -> Report:
+    """Build every job, measure peak memory, then time all jobs round-robin."""
+    say = progress or (lambda msg: None)
+    started = time.perf_counter()
+    setup = make_setup(options.precision, options.device)
+    server = MemoryServer() if options.memory else None  # it imports while we build
+    try:
+        results, jobs = build_jobs(options, setup)
+        if server is not None:
+            # before any timing, which the measuring processes would compete with for the cores
+            measure_peaks(server, results, options, setup, say)
+    finally:
+        if server is not None:
+            server.close()
+
+    say(f"warm-up: {options.warmup} steps of each of {len(jobs)} jobs")
+    for job in jobs:
+        job.warm_up(options.warmup)
+    for r in results:
+        r.compile_s = r.compiled_job.first_step_s if r.compiled_job else None
+        r.peer_compile_s = r.peer_compiled_job.first_step_s if r.peer_compiled_job else None
+
+    # the matmul peak right before and after the timings it divides, at their dtype; the
+    # better of the two (a busy moment can only lower a peak)
+    peak, peak_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
+    for i in range(options.rounds):
+        round_start = time.perf_counter()
+        for job in jobs:
+            job.run()
+        say(
+            f"round {i + 1}/{options.rounds} ({time.perf_counter() - round_start:.0f} s), "
+            "training tok/s: "
+            + ", ".join(f"{r.scheme} {r.train.samples[-1]:,.0f}" for r in results)
+        )
+    after, after_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
+    if after > peak:
+        peak, peak_size = after, after_size
+    return Report(
+        options=options,
+        setup=setup,
+        machine=machine_info(setup),
+        peak_flops=peak,
+        peak_size=peak_size,
+        bf16_speedup=bf16_speedup(setup.device),
+        results=results,
+        seconds=time.perf_counter() - started,
+        date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+    )
+
+
+def measure_peaks(
+    server: MemoryServer,
+    results: list[SchemeResult],
+    options: Options,
+    setup: Setup,
+    say: Callable[[str], None],
+) -> None:
+    """Peak memory of every scheme, training at L and evaluating at 16·L, into its result."""
+    for r in results:
+        spec = {
+            "scheme": r.scheme,
+            "model": options.model,
+            "seq_len": options.seq_len,
+            "max_len": options.max_len,
+            "attention": options.attention,
+            "batch": options.batch_size,
+            "vocab": options.vocab,
+            # resolved here: a child must not measure (and maybe resolve) it again
+            "precision": setup.precision,
+            "device": options.device,
+            "threads": torch.get_num_threads(),
+        }
+        r.train_mem = server.measure({**spec, "kind": "train"})
+        r.eval_mem = server.measure({**spec, "kind": "eval"})
+        say(
+            f"peak memory {r.scheme}: {memory_cell(r.train_mem)} training at L, "
+            f"{memory_cell(r.eval_mem)} evaluating at 16·L"
+        )

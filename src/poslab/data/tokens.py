@@ -1,0 +1,119 @@
+"""Tokenizers (`tokenizers`): whitespace words or byte-level BPE, trained on the train split, and
+the token ids of a split's lines.
+
+Each line ends with an `<eos>` token, as in WikiText's standard word-level setup. For
+tokenizer-independent metrics every split also stores, per token, how many words and UTF-8 bytes
+of the original text it completes: a line's counts sit on its `<eos>` token, so any set of scored
+tokens that covers whole lines sums to the exact word and byte counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from poslab.errors import ConfigError
+
+EOS = "<eos>"
+UNK = "<unk>"
+TOKENIZERS = ("word", "bpe")
+BPE_MIN_VOCAB = 257  # byte-level BPE's initial alphabet (256 bytes) and <eos>
+
+
+@dataclass
+class TokenizedSplit:
+    """Token ids of one split, and the words/bytes each token completes (see module doc)."""
+
+    ids: np.ndarray
+    words: np.ndarray
+    bytes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def after_line_end(self, eos_id: int) -> TokenizedSplit:
+        """The split preceded by one <eos> (no words, no bytes of its own), so that its first
+        real token is scored too, predicted from a line end (as fairseq does): the scored
+        tokens then carry exactly the split's words and bytes."""
+        pad = np.zeros(1, dtype=np.int32)
+        return TokenizedSplit(
+            np.concatenate([np.full(1, eos_id, dtype=np.int32), np.asarray(self.ids)]),
+            np.concatenate([pad, np.asarray(self.words)]),
+            np.concatenate([pad, np.asarray(self.bytes)]),
+        )
+
+    def head(self, max_tokens: int) -> TokenizedSplit:
+        """The first whole lines within `max_tokens` tokens (whole lines keep word and byte
+        counts exact)."""
+        line_ends = np.flatnonzero(np.asarray(self.words[:max_tokens]) > 0)
+        n = int(line_ends[-1]) + 1 if len(line_ends) else min(max_tokens, len(self.ids))
+        return TokenizedSplit(self.ids[:n], self.words[:n], self.bytes[:n])
+
+
+def check_tokenizer(kind: str, vocab_size: int | None) -> None:
+    """The tokenizer settings (data.tokenizer, data.vocab_size) that no tokenizer can be
+    trained with, found before any text is read."""
+    if kind not in TOKENIZERS:
+        raise ConfigError(f"data.tokenizer={kind!r}; choose one of {TOKENIZERS}")
+    if kind == "bpe" and vocab_size is not None and vocab_size < BPE_MIN_VOCAB:
+        # the trainer would silently keep its whole byte alphabet: another vocabulary size
+        raise ConfigError(
+            f"data.vocab_size={vocab_size} is below the {BPE_MIN_VOCAB} tokens byte-level "
+            f"BPE starts from (256 bytes and {EOS}); set data.vocab_size ≥ {BPE_MIN_VOCAB} "
+            "(e.g. 8192)"
+        )
+
+
+def train_tokenizer(lines: list[str], kind: str, vocab_size: int | None) -> Any:
+    """A `tokenizers.Tokenizer`: `word` (whitespace words) or byte-level `bpe`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    check_tokenizer(kind, vocab_size)
+    if kind == "word":
+        tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=vocab_size or 100_000_000, min_frequency=0, special_tokens=[UNK, EOS]
+        )
+    else:
+        if not vocab_size:
+            raise ConfigError("data.tokenizer=bpe needs data.vocab_size (e.g. 8192)")
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[EOS],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+    tokenizer.train_from_iterator(lines, trainer=trainer)
+    if kind == "word":
+        # the trainer leaves a hole in the ids when a special token is also a corpus word (as
+        # WikiText's <unk>): renumber so ids are 0..V-1 and V is the true number of types
+        by_id = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+        tokenizer.model = models.WordLevel({w: i for i, (w, _) in enumerate(by_id)}, unk_token=UNK)
+    return tokenizer
+
+
+def encode_lines(tokenizer: Any, lines: list[str], chunk: int = 20_000) -> TokenizedSplit:
+    """Token ids of all lines, each followed by <eos>, with per-token word and byte counts."""
+    eos = tokenizer.token_to_id(EOS)
+    ids, words, nbytes = [], [], []
+    for start in range(0, len(lines), chunk):
+        batch = lines[start : start + chunk]
+        for line, enc in zip(batch, tokenizer.encode_batch(batch), strict=True):
+            line = line.rstrip("\n")
+            n = len(enc.ids)
+            ids.append(np.asarray(enc.ids + [eos], dtype=np.int32))
+            w = np.zeros(n + 1, dtype=np.int32)
+            b = np.zeros(n + 1, dtype=np.int32)
+            w[-1] = len(line.split()) + 1  # the words of the line and its end-of-line
+            b[-1] = len(line.encode("utf-8")) + 1  # its bytes and the newline
+            words.append(w)
+            nbytes.append(b)
+    if not ids:
+        return TokenizedSplit(*(np.zeros(0, dtype=np.int32) for _ in range(3)))
+    return TokenizedSplit(np.concatenate(ids), np.concatenate(words), np.concatenate(nbytes))

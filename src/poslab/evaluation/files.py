@@ -1,0 +1,331 @@
+"""Result rows as files: JSON (everything), CSV, a Markdown table and PNG plots, written all or
+none (`write_all_or_none`): a full disk or a kill leaves the previous set complete, never a
+truncated JSON beside an older table."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from poslab.errors import NO_SPACE_ERRNOS, ConfigError
+from poslab.evaluation.figures import accuracy_figure, heatmap_figure, position_figure, ppl_figure
+from poslab.evaluation.tables import is_task, markdown, metric_name
+from poslab.tracking import log_results
+
+CSV_FIELDS = [
+    "scheme",
+    "train_length",
+    "mode",
+    "split",
+    "length",
+    "factor",
+    "status",
+    "tokens",
+    "loss",
+    "ppl",
+    "word_ppl",
+    "bits_per_byte",
+    "tokens_per_s",
+    "seconds",
+    "vocab_size",
+    # rows merged over seeds (poslab.evaluation.seeds): the spread and the seeds
+    "loss_sd",
+    "ppl_sd",
+    "word_ppl_sd",
+    "bits_per_byte_sd",
+    "ratio",
+    "ratio_sd",
+    "n_seeds",
+    "seeds",
+    # generated tasks (poslab.evaluation.tasks): answer accuracy, and a uniform guess's
+    "task",
+    "accuracy",
+    "accuracy_sd",
+    "token_accuracy",
+    "token_accuracy_sd",
+    "chance",
+    "token_chance",
+    "examples",
+]
+
+
+def write_reports(
+    rows: list[dict],
+    out: Path,
+    title: str,
+    series_key: str = "mode",
+    stem: str = "extrapolation",
+    text: str | None = None,
+    position_rows: list[dict] | None = None,
+) -> dict[str, Path]:
+    """Write {stem}.json/.csv/.md, {stem}_ppl.png (ppl vs length, one line per `series_key`)
+    and {stem}_loss_by_position.png to `out`; returns the paths. All or none: every file is
+    rendered and written to a temporary first, and the set replaces the old one only once all
+    are on disk (see write_all_or_none); a folder this call created is removed on failure."""
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        if err.errno in NO_SPACE_ERRNOS:
+            raise no_room_error(out, err) from None
+        raise
+    paths = {
+        "json": out / f"{stem}.json",
+        "csv": out / f"{stem}.csv",
+        "md": out / f"{stem}.md",
+        "ppl_plot": out / f"{stem}_ppl.png",
+        "position_plot": out / f"{stem}_loss_by_position.png",
+    }
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    files: dict[Path, FileWriter] = {
+        paths["json"]: text_file(json.dumps(rows, indent=1)),
+        paths["csv"]: text_file(table.getvalue()),
+        paths["md"]: text_file((text or markdown(rows, title, series_key)) + "\n"),
+    }
+    figures: list[Figure] = []  # closed at the end, whatever happens
+
+    def plot(path: Path, fig: Figure) -> None:
+        figures.append(fig)
+        files[path] = png_file(fig)
+
+    try:
+        if is_task(rows):  # accuracy, the condition heatmap, and the answer tokens' perplexity
+            paths["accuracy_plot"] = out / f"{stem}_accuracy.png"
+            plot(paths["accuracy_plot"], accuracy_figure(rows, series_key, title))
+            heatmap = heatmap_figure(rows, series_key, title)
+            if heatmap is not None:
+                paths["heatmap"] = out / f"{stem}_heatmap.png"
+                plot(paths["heatmap"], heatmap)
+            tasks = ", ".join(dict.fromkeys(r["task"] for r in rows if r.get("task")))
+            answer_title = f"{tasks}: answer perplexity" if tasks else "answer perplexity"
+            plot(paths["ppl_plot"], ppl_figure(rows, series_key, answer_title))
+            del paths["position_plot"]  # no loss by position for answers
+        else:
+            plot(paths["ppl_plot"], ppl_figure(rows, series_key, title))
+            if position_rows is None:
+                position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
+            position_title = f"{title}: loss by position"
+            plot(paths["position_plot"], position_figure(position_rows, position_title))
+        write_all_or_none(files)
+    except BaseException:
+        if created:  # nothing of this call left behind (an empty folder included)
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    finally:
+        for fig in figures:
+            plt.close(fig)
+    return paths
+
+
+def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:
+    """Perplexity vs eval length (log-x), one line per scheme (or mode); see ppl_yaxis."""
+    save(ppl_figure(rows, series_key, title), path)
+
+
+def plot_loss_vs_position(rows: list[dict], path: Path, title: str) -> None:
+    """Mean loss by position in the window, one line per (scheme, length), log-x positions."""
+    save(position_figure(rows, title), path)
+
+
+def save(fig: Figure, path: Path) -> None:
+    """One PNG, written atomically (see write_all_or_none); closes the figure."""
+    try:
+        write_all_or_none({path: png_file(fig)})
+    finally:
+        plt.close(fig)
+
+
+# writing a set of files all or none
+FileWriter = Callable[[IO[bytes]], None]  # writes one file's bytes to an open binary file
+
+
+def text_file(text: str) -> FileWriter:
+    data = text.encode()
+
+    def write(f: IO[bytes]) -> None:
+        f.write(data)
+
+    return write
+
+
+def png_file(fig: Figure) -> FileWriter:
+    # format= because a file object has no suffix to tell matplotlib
+    return lambda f: fig.savefig(f, dpi=120, format="png")
+
+
+def temporary_path(path: Path) -> Path:
+    """Where `path` is written before it replaces the old file: `.<name>.<pid>.tmp` in the same
+    folder, so the rename stays on one file system (and compare.py never reads it)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def no_room_error(path: Path, err: OSError) -> ConfigError:
+    return ConfigError(
+        f"cannot write {path}: the disk is full ({err.strerror or os.strerror(err.errno or 0)}); "
+        "the previous results are intact (nothing was replaced); free some space and run again"
+    )
+
+
+def write_all_or_none(files: dict[Path, FileWriter]) -> None:
+    """Write a set of files (the results of one evaluation) so that readers see the whole old
+    set or the whole new one: each file goes to `temporary_path`, flushed and fsync'd, and only
+    once every one of them is on disk are they renamed over the old files (os.replace, atomic
+    per file). A failure while writing (a full disk, a permission, a kill by an exception)
+    removes the temporaries and leaves the previous files untouched; no room to write is a
+    ConfigError naming the path. (The renames themselves only fail if the folder is removed
+    under us; then the temporaries are removed too.)"""
+    temporaries: list[tuple[Path, Path]] = []
+    path: Path | None = None
+    try:
+        for path, write in files.items():
+            tmp = temporary_path(path)
+            temporaries.append((tmp, path))
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename: a crash never shows an empty file
+        for tmp, path in temporaries:
+            os.replace(tmp, path)
+    except BaseException as err:
+        for tmp, _ in temporaries:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in NO_SPACE_ERRNOS and path is not None:
+            raise no_room_error(path, err) from None
+        raise
+    for folder in {p.parent for p in files}:
+        sync_folder(folder)
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync a folder, so the renames in it survive a crash (best effort: not every file
+    system lets a folder be opened)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def load_rows(paths: Iterable[Path]) -> list[dict]:
+    rows = []
+    for p in paths:
+        rows += json.loads(Path(p).read_text())
+    return rows
+
+
+# where an evaluation's files go, and their W&B copy
+
+
+def report_rows(
+    rows: list[dict],
+    title: str,
+    ckpt: str | Path,
+    out_dir: str | Path | None,
+    eval_cfg: Any,
+    wandb_run: Any,
+) -> list[dict]:
+    """Write an evaluation's rows to <out_dir>/extrapolation/ (after training: the run folder),
+    print its table, log it to W&B when asked; returns the rows. Without out_dir (eval.py) the
+    files go to a folder of the checkpoint's run that holds no results yet (results_folder)."""
+    if out_dir:
+        out, claimed = Path(out_dir) / "extrapolation", False
+    else:
+        out, claimed = results_folder(default_out_dir(ckpt), rows)
+    try:
+        paths = write_reports(rows, out, title, series_key="mode")
+    except BaseException:
+        if claimed:  # the new folder stays only with a complete set of results in it
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    print(markdown(rows, title, "mode"), flush=True)
+    print(f"\nwrote {', '.join(str(p) for p in paths.values())}", flush=True)
+    if wandb_run is not None and eval_cfg.log_wandb:
+        log_to_wandb(wandb_run, rows, paths)
+    return rows
+
+
+def default_out_dir(ckpt: str | Path) -> Path:
+    """The run folder of a checkpoint in <run>/checkpoints/, else the checkpoint's own folder."""
+    parent = Path(ckpt).resolve().parent
+    return parent.parent if parent.name == "checkpoints" else parent
+
+
+def folder_slug(text: str, limit: int = 48) -> str:
+    """`text` as part of a folder name: `yarn s=auto` -> `yarn-s-auto`."""
+    return re.sub(r"[^A-Za-z0-9._]+", "-", text).strip("-._")[:limit].rstrip("-._")
+
+
+def claim_folder(folder: Path) -> bool:
+    """Create `folder`; False if it exists. No room or no permission: one line (ConfigError)."""
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        return False
+    except OSError as err:
+        if err.errno in NO_SPACE_ERRNOS:
+            raise no_room_error(folder, err) from None
+        if isinstance(err, PermissionError):
+            raise ConfigError(
+                f"cannot create {folder}: permission denied; pass out_dir=FOLDER (a folder you "
+                "can write to)"
+            ) from None
+        raise
+    return True
+
+
+def results_folder(run: Path, rows: list[dict]) -> tuple[Path, bool]:
+    """Where eval.py without out_dir writes, and whether this call created (claimed) it.
+
+    The run's `extrapolation/` while it holds nothing (a run evaluated for the first time, e.g.
+    one trained with eval.after_train=false or stopped before its evaluation), so compare.py
+    finds it as the run's result. Otherwise a new `extrapolation-<time>[-<variant>]/` beside
+    it: a re-evaluation (another eval.rope_scaling.kind, another split, ...) never replaces the
+    after-training table. compare.py's find_results reads only `extrapolation/extrapolation.json`
+    (a folder named exactly `extrapolation`), so the new folder adds no row to a comparison of
+    the run or its sweep and never poses as another seed of it. Says where the files go."""
+    first = run / "extrapolation"
+    if claim_folder(first):
+        return first, True
+    if first.is_dir() and not any(first.iterdir()):
+        return first, False
+    variant = folder_slug(str(rows[0].get("variant") or "")) if rows else ""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    base = f"extrapolation-{stamp}-{variant}" if variant else f"extrapolation-{stamp}"
+    for n in range(1, 1000):
+        folder = run / (base if n == 1 else f"{base}-{n}")
+        if not claim_folder(folder):  # a second eval.py in the same second takes the next name
+            continue
+        print(
+            f"{first} already holds results (kept as they are); this evaluation goes to {folder} "
+            "(out_dir=FOLDER writes to FOLDER/extrapolation/ instead)",
+            flush=True,
+        )
+        return folder, True
+    raise ConfigError(f"{run} has no free name for a new results folder ({base}-N); pass out_dir=")
+
+
+def log_to_wandb(run: Any, rows: list[dict], paths: dict[str, Path]) -> None:
+    """A table, a line plot per mode (perplexity, or accuracy for a task), and the PNGs, in the
+    given W&B run."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    value = "accuracy" if any("accuracy" in r for r in ok) else "ppl"
+    extra = ["token_accuracy", "ppl", "loss"] if value == "accuracy" else ["loss", metric_name(ok)]
+    log_results(run, ok, value, extra, paths)

@@ -1,0 +1,210 @@
+"""One evaluation, decided before any scoring: the eval options checked once, the trained run's
+config (read once from the checkpoint), the evaluation lengths, the scheme options each length
+changes (eval.pos_overrides and an eval-time RoPE variant whose factor may follow the length),
+one model per distinct set of those options, the rows' labels, the device and the precision.
+
+Text evaluation (run.py) and task evaluation (tasks.py) both score what a plan says. Before
+training, the same plan is built from the run's own config (`check_before_training`), so the
+evaluation after training cannot fail on an option only then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from poslab.build import model_from_checkpoint, read_checkpoint, scheme_with_overrides
+from poslab.errors import ConfigError
+from poslab.positions.rope_scaling import eval_overrides, eval_variant_label
+from poslab.precision import resolve_precision
+from poslab.tasks import build_task
+from poslab.validate import check_eval_config, eval_lengths
+
+
+@dataclass
+class EvalPlan:
+    """What one evaluation of a trained model scores, and how."""
+
+    eval_cfg: Any  # the resolved eval block (a DictConfig)
+    config: dict[str, Any]  # the trained run's resolved config
+    lengths: list[int]
+    overrides_at: dict[int, dict[str, Any]]  # length -> the scheme options it changes
+    ckpt: Path | None = None  # None: planned from a run config, before training
+    trained_tokens: int | None = None  # after training: what eval.max_tokens=auto caps at
+    task: Any = None  # the generated task a task checkpoint is scored on
+    models: dict[int, Any] = field(default_factory=dict)  # length -> model
+    model_config: dict[str, Any] | None = None  # the config the models were built from
+    device: torch.device | None = None
+    precision: str | None = None
+
+    @property
+    def train_length(self) -> int:
+        return int(self.config["data"]["seq_len"])
+
+    @property
+    def is_task(self) -> bool:
+        return "task" in self.config["data"]
+
+    def row_name(self) -> tuple[str, str]:
+        """(the rows' scheme name, the eval-time variant): an eval-time change of the scheme is
+        part of the name, `rope + yarn s=auto`."""
+        eval_cfg = self.eval_cfg
+        parts = [f"{k}={v}" for k, v in (eval_cfg.get("pos_overrides") or {}).items()]
+        variant = ", ".join(p for p in [*parts, eval_variant_label(eval_cfg)] if p)
+        scheme = scheme_label(self.model_config or self.config)
+        return (f"{scheme} + {variant}" if variant else scheme), variant
+
+    def unsupported_lengths(self, max_position: Callable[[int], int]) -> dict[int, str]:
+        """length -> why the scheme cannot represent the positions up to `max_position(length)`
+        (learned positions past their table); with eval.unsupported=error the first such length
+        is the error. Checked before any scoring."""
+        unsupported: dict[int, str] = {}
+        for length, model in self.models.items():
+            try:
+                model.pos.check_length(max_position(length))
+            except ConfigError as err:
+                if self.eval_cfg.unsupported == "error":
+                    raise
+                unsupported[length] = str(err)
+        return unsupported
+
+
+def resolved(eval_cfg: Any) -> Any:
+    """The eval block with its interpolations resolved, as a DictConfig."""
+    if isinstance(eval_cfg, DictConfig):
+        return OmegaConf.create(OmegaConf.to_container(eval_cfg, resolve=True))
+    return eval_cfg
+
+
+def plan_lengths(plan_cfg: Any, config: dict[str, Any], **details: Any) -> EvalPlan:
+    """The lengths of an evaluation of the run `config`, and the scheme options each changes
+    (eval_cfg already checked)."""
+    train_length = int(config["data"]["seq_len"])
+    lengths = eval_lengths(plan_cfg, train_length)
+    overrides_at = {n: eval_overrides(plan_cfg, config["pos"], n, train_length) for n in lengths}
+    return EvalPlan(plan_cfg, config, lengths, overrides_at, **details)
+
+
+def plan_checkpoint(
+    ckpt: str | Path,
+    eval_cfg: Any,
+    trained_tokens: int | None = None,
+    refuse_corpus_options: bool = False,
+    checked: bool = False,
+) -> EvalPlan:
+    """The plan of evaluating `ckpt`: the options checked (unless the caller did: `checked`),
+    the checkpoint read once, and its models built. `refuse_corpus_options` (eval.py): a task
+    checkpoint with corpus-only options set is an error, not a note."""
+    eval_cfg = resolved(eval_cfg)
+    if not checked:
+        check_eval_config(eval_cfg)
+    checkpoint = read_checkpoint(ckpt)
+    config = checkpoint["hyper_parameters"]["config"]
+    if refuse_corpus_options and "task" in config["data"]:
+        unused = corpus_options_set(eval_cfg)  # scored per example: they would be ignored
+        if unused:
+            raise ConfigError(task_options_error(ckpt, config, unused))
+    plan = plan_lengths(eval_cfg, config, ckpt=Path(ckpt), trained_tokens=trained_tokens)
+    load_models(plan, checkpoint)
+    return plan
+
+
+def load_models(plan: EvalPlan, checkpoint: dict[str, Any]) -> None:
+    """One model per distinct set of eval-time scheme options, each built and checked before
+    any work; the task of a task checkpoint, checked at every length; device and precision."""
+    built: dict[str, Any] = {}  # repr(overrides) -> (model, config)
+    for length in plan.lengths:
+        key = repr(plan.overrides_at[length])
+        if key not in built:
+            built[key] = model_from_checkpoint(checkpoint, plan.ckpt, plan.overrides_at[length])
+    plan.models = {n: built[repr(plan.overrides_at[n])][0] for n in plan.lengths}
+    plan.model_config = next(iter(built.values()))[1]
+    if plan.is_task:
+        plan.task = build_task(plan.model_config["data"])
+        for length in plan.lengths:
+            plan.task.check_length(length, key="eval length")
+    plan.device = pick_device(plan.eval_cfg.device)
+    plan.precision = resolve_precision(
+        plan.eval_cfg.precision, plan.device.type, key="eval.precision"
+    )
+
+
+def check_before_training(
+    config: dict[str, Any], gpt_config: Any, scheme: Any, task: Any = None
+) -> EvalPlan:
+    """The evaluation after training, planned from the run's config before any work: its
+    options, the eval-time overrides at every length, and (eval.unsupported=error) every length
+    the scheme must represent, with the scheme the evaluation uses at its longest length."""
+    eval_cfg = resolved(OmegaConf.create(config["eval"]))
+    check_eval_config(eval_cfg)  # a typo fails now, not after training
+    plan = plan_lengths(eval_cfg, config, task=task)
+    train_length = plan.train_length
+    overrides = plan.overrides_at[plan.lengths[-1]]
+    if overrides:
+        scheme = scheme_with_overrides(config["pos"], overrides, gpt_config, train_length)
+    if eval_cfg.unsupported == "error":
+        reads_axes = task is not None and scheme.position_axes
+        offset = int(eval_cfg.position_offset)
+        for length in plan.lengths:
+            last = task.max_position(length) if reads_axes else offset + length - 1
+            scheme.check_length(last)
+    return plan
+
+
+def scheme_label(config: dict) -> str:
+    """A trained model's name in tables: the scheme, a training-time variant of it (`rope
+    randomized N=2048`), and an attention that is not softmax (`rope, linear attention`)."""
+    scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
+    randomized = config["pos"].get("randomize_max")
+    label = f"{scheme} randomized N={randomized}" if randomized else scheme
+    attention = config.get("attention") or {}
+    if attention.get("_target_"):
+        from hydra.utils import get_class
+
+        kernel_label = get_class(attention["_target_"]).row_label(attention)
+        label += f", {kernel_label}" if kernel_label else ""
+    return label
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("eval.device=cuda but no CUDA device is visible; use eval.device=cpu")
+    return torch.device(name)
+
+
+# The options of a corpus evaluation that a task's evaluation does not use: there are no
+# windows over a split, every example is scored whole from position 0. eval.py refuses them for
+# a task checkpoint; the evaluation after training, which shares the run's eval block with
+# corpus runs, says it ignores them.
+
+
+def corpus_options_set(eval_cfg: Any) -> list[str]:
+    """The corpus-only eval options set to something a task's evaluation would silently
+    ignore, as `key=value` (eval.py's defaults, and after training's max_tokens=auto, are not
+    listed)."""
+    modes = list(eval_cfg.modes or [])
+    found = [f"eval.modes=[{','.join(map(str, modes))}]"] if modes != ["nonoverlapping"] else []
+    defaults = {"stride": None, "bucket_size": None, "position_offset": 0, "split": "validation"}
+    for key, unused in defaults.items():
+        if eval_cfg.get(key, unused) != unused:
+            found.append(f"eval.{key}={eval_cfg[key]}")
+    if eval_cfg.get("max_tokens") not in (None, "auto"):
+        found.append(f"eval.max_tokens={eval_cfg.max_tokens}")
+    return found
+
+
+def task_options_error(ckpt: str | Path, trained: dict, unused: list[str]) -> str:
+    name = trained["data"].get("name") or "a task"
+    return (
+        f"{', '.join(unused)}: {ckpt} was trained on a generated task (data={name}), which is "
+        "scored on fresh examples (eval.task_examples per length), each in one forward pass from "
+        "position 0, not by windows over a corpus split; leave "
+        f"{'this option' if len(unused) == 1 else 'these options'} out"
+    )

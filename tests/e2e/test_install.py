@@ -1,0 +1,92 @@
+"""`pip install poslab` works outside a checkout: the wheel carries every config (conf/**/*.yaml,
+the schemes' shared options included), and the installed commands compose them from an empty
+folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from poslab.positions import scheme_configs, scheme_names
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "src" / "poslab" / "conf"
+
+
+def python(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):
+    result = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel built from a copy of the sources (the checkout gets no build/ folder), installed
+    into a folder of its own: the site folder to put on PYTHONPATH."""
+    pytest.importorskip("setuptools")  # the build backend, used offline (--no-build-isolation)
+    root = tmp_path_factory.mktemp("install")
+    source = root / "source"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(REPO / "src", source / "src", ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    wheels = root / "wheels"
+    build = ["-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels)]
+    python([*build, str(source)], root)
+    (wheel,) = wheels.glob("poslab-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    configs = {f"poslab/conf/{p.relative_to(CONF).as_posix()}" for p in CONF.rglob("*.yaml")}
+    assert configs - names == set()
+    site = root / "site"
+    python(["-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], root)
+    return site
+
+
+@pytest.fixture
+def outside(installed: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """An empty folder and an environment in which `import poslab` is the installed copy."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(installed), "WANDB_MODE": "offline"}
+    return empty, env
+
+
+def test_train_composes_its_config_from_the_installed_package(outside):
+    empty, env = outside
+    result = python(["-m", "poslab.apps.train", "--cfg", "job", "pos=rope"], empty, env)
+    assert "_target_: poslab.positions.rope.Rotary" in result.stdout
+    assert "randomize_max: null" in result.stdout  # the options rope shares with other schemes
+    assert list(empty.iterdir()) == []
+
+
+def test_the_console_script_runs(installed, outside):
+    empty, env = outside
+    script = installed / "bin" / "poslab-train"
+    if not script.is_file():
+        pytest.skip("pip installed no console scripts into the target folder")
+    result = python([str(script), "--cfg", "job", "pos=alibi"], empty, env)
+    assert "_target_: poslab.positions.alibi.ALiBi" in result.stdout
+
+
+def test_the_installed_scheme_list_is_the_checkouts(installed, outside):
+    empty, env = outside
+    script = (
+        "import json, poslab\n"
+        "from poslab.positions import scheme_configs, scheme_names\n"
+        "print(json.dumps([poslab.__file__, scheme_names(), scheme_configs(48)]))\n"
+    )
+    where, names, configs = json.loads(python(["-c", script], empty, env).stdout)
+    assert Path(where).is_relative_to(installed)
+    assert names == scheme_names()
+    assert configs == scheme_configs(48)

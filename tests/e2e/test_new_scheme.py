@@ -1,0 +1,129 @@
+"""A new positional scheme is one module and one YAML file: added to a copy of the repository,
+it is picked up by every scheme-parametrised test of that copy, and it trains with train.py,
+without a line changed anywhere else."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY, make_corpus
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "shifted_alibi"
+
+# a relative bias unlike every existing one: ALiBi's penalty, starting `shift` tokens back
+MODULE = '''"""ALiBi, its penalty starting `shift` back: -slope_h * max(m - n - shift, 0)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from poslab.checks import integer, require
+from poslab.positions.alibi import alibi_slopes
+from poslab.positions.base import PositionalScheme
+
+
+class ShiftedALiBi(PositionalScheme):
+    needs = "bias"
+    shift_invariant: ClassVar[bool] = True
+
+    def __init__(self, d_model: int, n_head: int, shift: int = 2, **common: Any) -> None:
+        super().__init__(d_model, n_head, **common)
+        require("pos.shift", shift, integer(0))
+        self.shift = shift
+        slopes = torch.tensor(alibi_slopes(n_head), dtype=torch.float32)
+        self.register_buffer("slopes", slopes, persistent=False)
+
+    def score_bias(
+        self, head: Tensor, q_position: Tensor, k_position: Tensor, layer: int = 0
+    ) -> Tensor:
+        return -self.slopes[head] * (q_position - k_position - self.shift).clamp(min=0)
+'''
+
+CONFIG = """# ALiBi whose penalty starts `shift` tokens back (tests/e2e/test_new_scheme.py).
+defaults:  # this file's options, then those it shares with other schemes (_shared/)
+  - _self_
+  - _shared/randomize_max@_here_
+  - _shared/position_dtype@_here_
+
+_target_: poslab.positions.shifted_alibi.ShiftedALiBi
+shift: 2
+"""
+
+
+def copy_of_the_repository(root: Path) -> Path:
+    """The checkout as the tests read it (src/, tests/, scripts/, docs/, the root files),
+    without its history, run folders and caches."""
+    top = {".git", "outputs", "build", "dist", "wandb", ".cache", ".benchmarks"}
+    caches = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = caches(folder, names)
+        return skipped | (top & set(names)) if Path(folder) == REPO else skipped
+
+    shutil.copytree(REPO, root, ignore=ignore, dirs_exist_ok=True)
+    return root
+
+
+def run(args: list[str], cwd: Path, timeout: int) -> subprocess.CompletedProcess:
+    """A command of the copy: its src/ first on the path (before the checkout's poslab)."""
+    env = {**os.environ, "PYTHONPATH": str(cwd / "src"), "WANDB_MODE": "offline"}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", POSLAB_CACHE=str(cwd / "cache"))
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def repo_with_scheme(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = copy_of_the_repository(tmp_path_factory.mktemp("repo"))
+    positions = root / "src" / "poslab" / "positions"
+    (positions / f"{NAME}.py").write_text(MODULE)
+    (root / "src" / "poslab" / "conf" / "pos" / f"{NAME}.yaml").write_text(CONFIG)
+    return root
+
+
+def test_the_new_scheme_is_listed_and_built(repo_with_scheme):
+    script = (
+        "from poslab.positions import build_scheme, scheme_class, scheme_configs, scheme_names\n"
+        f"assert {NAME!r} in scheme_names(), scheme_names()\n"
+        f"config = scheme_configs()[{NAME!r}]\n"
+        "assert config['randomize_max'] is None and config['position_dtype'] == 'fp32', config\n"
+        f"assert scheme_class({NAME!r}).shift_invariant\n"
+        f"assert build_scheme({NAME!r}, 32, 4).shift == 2\n"
+    )
+    result = run(["-c", script], repo_with_scheme, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_scheme_parametrised_tests_cover_it(repo_with_scheme):
+    args = ["-m", "pytest", "-v", "-p", "no:cacheprovider", "-m", "not slow", "-k", NAME, "tests"]
+    result = run(args, repo_with_scheme, timeout=1500)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    passed = re.findall(r"::(\w+)\[[^\]]*\] PASSED", result.stdout)
+    # at least the tests over every scheme of conf/pos/ (causality, per-sequence positions) and
+    # the m − n property of the schemes that declare shift_invariant
+    assert len(passed) >= 3, result.stdout[-4000:]
+    assert any(re.search("relative|shift|invariant|m_minus_n", test) for test in passed), passed
+
+
+def test_train_py_trains_it(repo_with_scheme, tmp_path):
+    corpus = make_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    overrides = [f"pos={NAME}", f"data.path={corpus}", *TINY, "eval.after_train=false"]
+    result = run(["train.py", *overrides, f"hydra.run.dir={out}"], repo_with_scheme, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "checkpoints" / "best.ckpt").is_file()
+    saved = (out / ".hydra" / "config.yaml").read_text()
+    assert f"_target_: poslab.positions.{NAME}.ShiftedALiBi" in saved

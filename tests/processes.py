@@ -1,0 +1,137 @@
+"""Helpers of the system tests that start train.py / eval.py as processes (tests/e2e/): the
+command of a resumable run, starting one and waiting for its first checkpoint, stopping it with
+signals, reading its status and its error lines."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from conftest import REPO, TINY
+
+# a run long enough to be stopped part-way: 60 steps, a checkpoint every 5; one precision
+# whatever the machine (precision=auto is tested on its own: tests/test_precision.py)
+RESUMABLE = [
+    *[o for o in TINY if not o.startswith(("trainer.max_steps", "logger="))],
+    "trainer.max_steps=60",
+    "checkpoint.every_n_steps=5",
+    "eval.after_train=false",
+    "trainer.precision=32-true",
+]
+
+
+def train_cmd(corpus: Path, folder: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(REPO / "train.py"), f"data.path={corpus}", *RESUMABLE, *extra,
+            f"hydra.run.dir={folder}"]  # fmt: skip
+
+
+def wandb_env(home: Path) -> dict[str, str]:
+    """W&B offline (no credentials), its files under the run folder."""
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    return {**env, "HOME": str(home), "NETRC": str(home / "none"), "WANDB_MODE": "offline"}
+
+
+def final_val_loss(folder: Path) -> float:
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "completed", status
+    return status["val_loss"]
+
+
+def wandb_run_ids(folder: Path) -> list[str]:
+    return sorted(p.name.rsplit("-", 1)[-1] for p in (folder / "wandb").glob("offline-run-*"))
+
+
+def start_and_wait_for_checkpoint(
+    cmd: list[str], folder: Path, env: dict | None = None, until: Any = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen:  # fmt: skip
+    """Start a training run and return once its first periodic checkpoint is on disk (or once
+    `until()` is true)."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd or folder.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    until = until or ckpt.exists
+    deadline = time.time() + 240
+    while not until():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "the run did not get there"
+        time.sleep(0.01)
+    return proc
+
+
+def stop_with(proc: subprocess.Popen, *signums: int) -> list[str]:
+    """Send the signals (a second one soon after the first), wait for the process: it exits
+    with 128 + the last signal and no traceback. Returns its stderr lines."""
+    for i, signum in enumerate(signums):
+        if i:
+            time.sleep(0.05)
+        proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signums[-1], stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return stderr.strip().splitlines()
+
+
+def status_of(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "status.json").read_text())
+    except (OSError, ValueError):  # not there yet, or being replaced
+        return {}
+
+
+def folder_digest(folder: Path) -> dict[str, str]:
+    """Every file of a folder and its content hash: 'unchanged' means byte for byte."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def val_losses(folder: Path) -> list[tuple[int, float]]:
+    """(step, val/loss) of every validation the CSV logger recorded, across resumes."""
+    rows = []
+    for path in sorted(folder.glob("csv/**/metrics.csv")):
+        with open(path) as f:
+            rows += [(int(r["step"]), float(r["val/loss"])) for r in csv.DictReader(f)
+                     if r.get("val/loss")]  # fmt: skip
+    return rows
+
+
+def _limit_file_size(limit: int):  # noqa: ANN202 -- a preexec_fn
+    # writes past `limit` bytes fail with EFBIG (Python ignores SIGXFSZ): a real "no room"
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def train_argv(corpus: Path, folder: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(REPO / "train.py"), f"data.path={corpus}", *RESUMABLE,
+            "logger=csv", *extra, f"hydra.run.dir={folder}"]  # fmt: skip
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """Bad input before any work: one stderr line, `error: ...`, exit code 2."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
+    return lines[0]
+
+
+def last_error_line(result: subprocess.CompletedProcess) -> str:
+    """A failure once training runs (Lightning's own INFO lines came before it): exit code 2,
+    the last line `error: ...`, the only such line, and no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert lines[-1].startswith("error: "), result.stderr[-3000:]
+    assert sum(line.startswith("error: ") for line in lines) == 1
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return lines[-1]

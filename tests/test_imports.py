@@ -1,0 +1,46 @@
+"""The package's structure, checked from its own imports (scripts/imports.py draws it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("poslab_imports", REPO / "scripts" / "imports.py")
+imports = importlib.util.module_from_spec(spec)
+sys.modules["poslab_imports"] = imports
+spec.loader.exec_module(imports)
+
+
+def test_no_import_circle_counting_imports_inside_functions():
+    assert imports.cycles(imports.import_graph()) == []
+
+
+def test_every_import_runs_down_or_across_a_floor():
+    assert imports.upward_imports(imports.import_graph()) == []
+
+
+def test_every_module_has_a_floor():
+    for name in imports.import_graph():
+        imports.floor_of(name)  # raises for a module no floor names
+
+
+def test_the_check_finds_a_circle_and_an_upward_import(tmp_path):
+    """The check itself, on a made-up package: a → b → a inside a function, and a scheme that
+    reaches up to the analysis package."""
+    package = tmp_path / "poslab"
+    (package / "positions").mkdir(parents=True)
+    (package / "analysis").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "positions" / "__init__.py").write_text("")
+    (package / "analysis" / "__init__.py").write_text("from poslab.positions import rope\n")
+    (package / "positions" / "rope.py").write_text(
+        "def after_training():\n    from poslab.analysis import plot\n"
+    )
+    graph = imports.import_graph(tmp_path)
+    assert graph["poslab.positions.rope"] == {"poslab.analysis"}
+    assert imports.cycles(graph) == [["poslab.analysis", "poslab.positions.rope"]]
+    assert imports.upward_imports(graph) == [
+        "poslab.positions.rope (floor 2) imports poslab.analysis (floor 6)"
+    ]
