@@ -21,7 +21,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     (
         "ground: errors and checks",
-        ("poslab", "poslab.conf", "poslab.errors", "poslab.checks", "poslab.instantiate"),
+        (
+            "poslab",
+            "poslab.conf",
+            "poslab.errors",
+            "poslab.checks",
+            "poslab.arguments",
+            "poslab.instantiate",
+        ),
     ),
     ("devices and numbers", ("poslab.precision", "poslab.losses")),
     (

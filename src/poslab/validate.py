@@ -76,8 +76,6 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "data.batch_size": integer(1),
     "data.eval_batch_size": integer(1, null=True),
     "data.num_workers": integer(0),
-    "data.tokenizer": choice("word", "bpe"),
-    "data.vocab_size": integer(2, null=True),
     "data.valid_fraction": number(ge=0, lt=1),
     "data.loss_on": choice("answer", "all"),
     "data.val_examples": integer(1),
@@ -86,7 +84,6 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "model.d_model": integer(1),
     "model.d_ff": integer(1, null=True),
     "model.dropout": number(ge=0, lt=1),
-    "attention.block_size": integer(1),
     "trainer.max_steps": integer(1),
     "trainer.val_check_interval": integer(1),
     "trainer.limit_val_batches": val_batches,
@@ -168,6 +165,10 @@ def check_run_config(cfg: DictConfig) -> list[Any]:
         raise ConfigError(f"{missing[0]} has no value and needs one; pass {missing[0]}=VALUE")
     check_schema(cfg, TRAIN_SCHEMA)
     check_schema(cfg, EVAL_SCHEMA)
+    if "tokenizer" in cfg.data:  # text: the tokenizer checks its settings (poslab.data.tokens)
+        from poslab.data.tokens import check_tokenizer
+
+        check_tokenizer(cfg.data.tokenizer, cfg.data.get("vocab_size"))
     _check_data_path(cfg.data.get("path"))
     config = OmegaConf.to_container(cfg, resolve=True)
     gpt_config, scheme = _check_model(config)

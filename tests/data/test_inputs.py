@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import SHORT_VALID, make_corpus
 
-from poslab.data import LMDataModule, TokenCache, local_split_files
+from poslab.data.cache import TokenCache
+from poslab.data.corpus import local_split_files
+from poslab.data.text import LMDataModule
 from poslab.errors import ConfigError
 
 

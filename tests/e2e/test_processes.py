@@ -31,7 +31,7 @@ from processes import (
     wandb_env,
 )
 
-from poslab.data import TokenCache
+from poslab.data.cache import TokenCache
 from poslab.data.corpus import file_sha256
 
 
@@ -337,7 +337,6 @@ RACE = r"""
 import hashlib, json, logging, sys, time
 from pathlib import Path
 logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
-from poslab.data.cache import TokenCache
 corpus, cache_dir, ready, go = sys.argv[1:5]
 Path(ready).touch()
 while not Path(go).exists():  # both processes ask for the cache at the same moment
@@ -437,7 +436,6 @@ STALE_RACE = r"""
 import hashlib, logging, sys, time
 from pathlib import Path
 logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
-from poslab.data.cache import TokenCache
 corpus, cache_dir, ready, go = sys.argv[1:5]
 Path(ready).touch()
 while not Path(go).exists():  # both processes ask for the cache at the same moment

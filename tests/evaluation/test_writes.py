@@ -14,8 +14,8 @@ import pytest
 from conftest import file_size_limit
 
 from poslab.errors import ConfigError
+from poslab.evaluation.files import report_rows, results_folder
 from poslab.evaluation.report import temporary_path, write_all_or_none, write_reports
-from poslab.evaluation.run import report_rows, results_folder
 
 
 def contents(folder: Path) -> dict[str, bytes]:

@@ -17,7 +17,7 @@ from poslab.analysis.checkpoints import checkpoint_path, scheme_name
 from poslab.analysis.figures import plt, save
 from poslab.attention import Blockwise
 from poslab.errors import ConfigError
-from poslab.evaluation.report import line_styles
+from poslab.evaluation.figures import line_styles
 
 
 @dataclass

@@ -31,6 +31,6 @@ def checkpoint_path(path: str | Path) -> Path:
 
 
 def scheme_name(config: dict[str, Any]) -> str:
-    from poslab.evaluation.run import scheme_label
+    from poslab.evaluation.plan import scheme_label
 
     return scheme_label(config)

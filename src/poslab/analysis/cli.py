@@ -44,8 +44,8 @@ from poslab.analysis.decay import run_decay
 from poslab.analysis.sinusoidal import run_sinusoidal
 from poslab.analysis.theta import run_theta
 from poslab.analysis.wavelength import run_wavelength
+from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
-from poslab.evaluation.compare import OneLineParser, check_writable
 
 ANALYSES = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "theta", "all")
 WITH_CHECKPOINTS = ("attention", "theta")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from poslab.checks import choice, integer, require
 from poslab.errors import ConfigError
 
 EOS = "<eos>"
@@ -55,8 +56,8 @@ class TokenizedSplit:
 def check_tokenizer(kind: str, vocab_size: int | None) -> None:
     """The tokenizer settings (data.tokenizer, data.vocab_size) that no tokenizer can be
     trained with, found before any text is read."""
-    if kind not in TOKENIZERS:
-        raise ConfigError(f"data.tokenizer={kind!r}; choose one of {TOKENIZERS}")
+    require("data.tokenizer", kind, choice(*TOKENIZERS))
+    require("data.vocab_size", vocab_size, integer(2, null=True))
     if kind == "bpe" and vocab_size is not None and vocab_size < BPE_MIN_VOCAB:
         # the trainer would silently keep its whole byte alphabet: another vocabulary size
         raise ConfigError(

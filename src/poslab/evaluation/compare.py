@@ -3,14 +3,12 @@ columns = eval lengths, as in the ALiBi paper), plus a check of the paper's qual
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
 from poslab.evaluation.tables import fmt, is_finite, is_nonfinite, markdown
 
@@ -411,63 +409,6 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     print(text, flush=True)
     print(f"\nwrote comparison.{{md,csv,json}} and plots to {out}", flush=True)
     return rows
-
-
-def write_problem(folder: Path) -> str | None:
-    """Why no file can be created in the existing `folder` (a file created and removed at once:
-    permissions, a read-only or special file system, all answer), else None."""
-    try:
-        fd, name = tempfile.mkstemp(dir=folder, prefix=".poslab-write-check-")
-    except OSError as err:
-        return err.strerror or str(err)
-    os.close(fd)
-    os.unlink(name)
-    return None
-
-
-def check_writable(path: str | Path, option: str, folder: bool = True) -> None:
-    """A ConfigError (naming `option`) unless `path` can be written as a folder (`folder=False`:
-    as a file): it is one already, or the nearest folder above it that exists is one where this
-    process can create files. Nothing is left: the entry points make their output folders only
-    once they have something to write, so that a failure leaves nothing behind."""
-    path = Path(path)
-    kind = "folder" if folder else "file"
-    try:
-        if path.exists():
-            if path.is_dir() != folder:
-                what = "a folder" if path.is_dir() else "a file"
-                raise ConfigError(f"{option} {path} is {what}; pass the path of a {kind}")
-            problem = write_problem(path) if folder else None
-            if problem is None and (folder or os.access(path, os.W_OK)):
-                return
-            raise ConfigError(
-                f"{option} {path}: cannot write there ({problem or 'no write permission'}); "
-                f"pass a {kind} you can write"
-            )
-        above = path.absolute().parent
-        while not above.exists():  # exists() is False under a file too (ENOTDIR)
-            above = above.parent
-        if not above.is_dir():
-            raise ConfigError(
-                f"{option} {path}: {above} is a file, so no {kind} can be made under it; pass a "
-                "path outside it"
-            )
-        problem = write_problem(above)
-        if problem:
-            raise ConfigError(
-                f"{option} {path}: cannot create it, {above} is not writable ({problem}); pass "
-                f"a {kind} you can write"
-            )
-    except OSError as err:  # a permission error on the way up, a name too long, ...
-        raise ConfigError(f"{option} {path}: {err.strerror or err}; pass another path") from None
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are a ConfigError, so that `exit_on_config_error` prints
-    them as one `error: ...` line with exit code 2 (argparse's own: usage + error, 2 lines)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError(f"{message}; see python {self.prog} --help")
 
 
 def default_out(paths: list[str]) -> Path:

@@ -20,7 +20,6 @@ from poslab.errors import ConfigError
 from poslab.evaluation.files import default_out_dir, report_rows
 from poslab.evaluation.perplexity import score
 from poslab.evaluation.plan import EvalPlan, plan_checkpoint, resolved
-from poslab.evaluation.plan import scheme_label as scheme_label  # analysis.py reads it here
 from poslab.evaluation.tables import metric_name
 from poslab.evaluation.tasks import evaluate_task_plan
 from poslab.precision import AUTOCAST_DTYPE
