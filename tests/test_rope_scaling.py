@@ -12,7 +12,7 @@ from test_eval import eval_cfg
 
 from poslab.errors import ConfigError
 from poslab.evaluation.run import evaluate_checkpoint
-from poslab.positions import build_scheme
+from poslab.positions import build_scheme, scheme_configs
 from poslab.positions.rope import rope_theta
 from poslab.positions.rope_scaling import RopeScaling, eval_overrides, resolve_factor
 
@@ -272,3 +272,14 @@ def test_every_kind_evaluates_a_rope_checkpoint_at_16x(rope_checkpoints, pairing
             assert rows[0]["scheme"].startswith("rope + ")
             if scaling["kind"] in ("pi", "ntk", "yarn") and not logn:  # identity at 1×
                 assert by_length[16]["ppl"] == base[16]["ppl"]
+
+
+@pytest.mark.parametrize("scheme", ["mrope", "rope2d"])
+def test_rope_scaling_of_a_multi_axis_scheme_names_the_eval_keys(scheme):
+    pos_cfg = scheme_configs()[scheme]
+    eval_cfg = {"rope_scaling": {"kind": "yarn"}, "logn_scaling": True}
+    with pytest.raises(ConfigError) as err:
+        eval_overrides(eval_cfg, pos_cfg, 256, 64)
+    message = str(err.value)
+    assert message.startswith("eval.rope_scaling.kind=yarn and eval.logn_scaling=true:")
+    assert "eval.rope_scaling.kind=none" in message and "pos.scaling" not in message

@@ -60,6 +60,27 @@ CSV_FIELDS = [
 ]
 
 
+def make_folder(out: Path) -> bool:
+    """`out` made if missing (True: this call made it); no room for it: one line."""
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        if err.errno in NO_SPACE_ERRNOS:
+            raise no_room_error(out, err) from None
+        raise
+    return created
+
+
+def csv_text(rows: list[dict]) -> str:
+    """The rows as CSV, in the columns of CSV_FIELDS."""
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return table.getvalue()
+
+
 def write_reports(
     rows: list[dict],
     out: Path,
@@ -73,13 +94,7 @@ def write_reports(
     and {stem}_loss_by_position.png to `out`; returns the paths. All or none: every file is
     rendered and written to a temporary first, and the set replaces the old one only once all
     are on disk (see write_all_or_none); a folder this call created is removed on failure."""
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        if err.errno in NO_SPACE_ERRNOS:
-            raise no_room_error(out, err) from None
-        raise
+    created = make_folder(out)
     paths = {
         "json": out / f"{stem}.json",
         "csv": out / f"{stem}.csv",
@@ -87,13 +102,9 @@ def write_reports(
         "ppl_plot": out / f"{stem}_ppl.png",
         "position_plot": out / f"{stem}_loss_by_position.png",
     }
-    table = io.StringIO(newline="")
-    writer = csv.DictWriter(table, fieldnames=CSV_FIELDS, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
     files: dict[Path, FileWriter] = {
         paths["json"]: text_file(json.dumps(rows, indent=1)),
-        paths["csv"]: text_file(table.getvalue()),
+        paths["csv"]: text_file(csv_text(rows)),
         paths["md"]: text_file((text or markdown(rows, title, series_key)) + "\n"),
     }
     figures: list[Figure] = []  # closed at the end, whatever happens

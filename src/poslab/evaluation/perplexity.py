@@ -115,6 +115,38 @@ def default_batch_tokens(device: torch.device) -> int:
 
 
 @torch.inference_mode()
+def batched(windows: list[Window], batch_size: int) -> list[list[Window]]:
+    """Batches of at most `batch_size` windows of equal length and equal context (one forward
+    pass each)."""
+    groups: dict[tuple[int, int], list[Window]] = {}
+    for w in windows:
+        groups.setdefault((w.length, w.score_from), []).append(w)
+    return [g[i : i + batch_size] for g in groups.values() for i in range(0, len(g), batch_size)]
+
+
+def window_nll(
+    model: GPT,
+    tokens: torch.Tensor,
+    score_from: int,
+    position_offset: int,
+    autocast_dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """(B, n − score_from) NLL of the targets of windows `tokens` (B, n + 1) from `score_from`."""
+    device = tokens.device
+    n = tokens.shape[1] - 1
+    positions = model.pos.text_positions(
+        torch.arange(position_offset, position_offset + n, device=device)
+    )
+    with torch.autocast(
+        device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None
+    ):
+        hidden = model.hidden_states(tokens[:, :-1], positions)
+    # logits only where a target is scored (sliding windows: not for the context)
+    return linear_token_nll(
+        hidden[:, score_from:].float(), model.lm_head.weight, tokens[:, 1 + score_from :]
+    )
+
+
 def score(
     model: GPT,
     data: TokenizedSplit,
@@ -143,10 +175,7 @@ def score(
     # cumulative counts: the words (bytes) of targets lo..hi-1 are cum[hi] - cum[lo]
     cum_words = np.concatenate([[0], np.cumsum(np.asarray(data.words, dtype=np.int64))])
     cum_bytes = np.concatenate([[0], np.cumsum(np.asarray(data.bytes, dtype=np.int64))])
-    groups: dict[tuple[int, int], list[Window]] = {}
-    for w in windows:
-        groups.setdefault((w.length, w.score_from), []).append(w)
-    batches = [g[i : i + batch_size] for g in groups.values() for i in range(0, len(g), batch_size)]
+    batches = batched(windows, batch_size)
     started = time.perf_counter()
     bar = tqdm(
         total=len(windows), desc=f"{mode} L={length}", unit="win", disable=not progress, leave=False
@@ -156,17 +185,7 @@ def score(
         n, score_from = batch[0].length, batch[0].score_from
         starts = torch.tensor([w.start for w in batch])
         tokens = ids[starts[:, None] + torch.arange(n + 1)].to(device, non_blocking=True)
-        positions = model.pos.text_positions(
-            torch.arange(position_offset, position_offset + n, device=device)
-        )
-        with torch.autocast(
-            device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None
-        ):
-            hidden = model.hidden_states(tokens[:, :-1], positions)
-        # logits only where a target is scored (sliding windows: not for the context)
-        nll = linear_token_nll(
-            hidden[:, score_from:].float(), model.lm_head.weight, tokens[:, 1 + score_from :]
-        )
+        nll = window_nll(model, tokens, score_from, position_offset, autocast_dtype)
         where = torch.arange(score_from, n, device=device) // bucket_size
         bucket_nll.index_add_(0, where, nll.sum(0, dtype=torch.float64))
         bucket_count.index_add_(0, where, torch.full_like(where, len(batch)))

@@ -207,8 +207,11 @@ def eval_variant_options(eval_cfg: Any) -> dict[str, Any] | None:
     given = dict(eval_cfg.get("rope_scaling") or {})
     logn = eval_cfg.get("logn_scaling", False)
     require("eval.logn_scaling", logn, boolean())
-    for key, instead in (("logn", "eval.logn_scaling"), ("train_length", "nothing: it is the "
-                         "checkpoint's data.seq_len")):  # fmt: skip
+    set_elsewhere = {
+        "logn": "eval.logn_scaling",
+        "train_length": "nothing: it is the checkpoint's data.seq_len",
+    }
+    for key, instead in set_elsewhere.items():
         if key in given:
             raise ConfigError(f"eval.rope_scaling.{key} is not an option; set {instead}")
     options = {**given, "logn": logn}
@@ -270,8 +273,8 @@ def eval_overrides(
             f"schemes (rope, xpos), not on {scheme.__name__}{why}; set "
             "eval.rope_scaling.kind=none and eval.logn_scaling=false"
         )
-    factor = resolve_factor(options.get("kind", "none"), options.get("factor", "auto"), length,
-                            train_length)  # fmt: skip
+    kind, factor = options.get("kind", "none"), options.get("factor", "auto")
+    factor = resolve_factor(kind, factor, length, train_length)
     scaling = {**options, "factor": factor, "train_length": train_length}
     if not RopeScaling(**scaling).is_identity():  # the identity: the trained model itself
         overrides["scaling"] = scaling
