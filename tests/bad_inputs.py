@@ -50,8 +50,9 @@ def train_case(*overrides: str, expected: str | tuple[str, ...], absent: str | N
     return Case("train", (*TRAIN_BASE, *overrides, "hydra.run.dir={out}"), expected, absent)
 
 
-def eval_case(*args: str, expected: str | tuple[str, ...], absent: str | None = None,
-              wandb: bool = True) -> Case:  # fmt: skip
+def eval_case(
+    *args: str, expected: str | tuple[str, ...], absent: str | None = None, wandb: bool = True
+) -> Case:
     expected = (expected,) if isinstance(expected, str) else expected
     tail = ("out_dir={out}",) if wandb else ("out_dir={out}", "wandb=false")
     return Case("eval", (*args, *tail), expected, absent)
@@ -100,8 +101,9 @@ TRAIN_BAD = [
     # found by the second reliability pass: each was a traceback, or failed after training
     train_case("seed=-1", expected="seed=-1 must be an integer ≥ 0"),
     train_case("logger=wandb", "logger.init_timeout=abc", expected="logger.init_timeout=abc"),
-    train_case("+logger.flush_logs_every_n_steps=abc",
-               expected="logger.flush_logs_every_n_steps=abc"),
+    train_case(
+        "+logger.flush_logs_every_n_steps=abc", expected="logger.flush_logs_every_n_steps=abc"
+    ),
     train_case("logger=wandb", "+logger.bogus=1", expected="logger.bogus: WandbLogger has no such"),
     train_case("+trainer.bogus=1", expected="trainer.bogus: lightning.Trainer has no such option"),
     train_case("eval.precision=64-true", expected="eval.precision=64-true is not one of"),
@@ -115,18 +117,31 @@ TRAIN_BAD = [
     ),
     # bad input said as it is: a short split, a split file that is a folder or a broken symlink,
     # an eval-time scaling a multi-axis scheme refuses (in the user's keys), options out of range
-    train_case("data.path={short}", "data.seq_len=512",
-               expected="the validation split ({short}/valid.txt) has 8 tokens, fewer than the "
-                        "data.seq_len=512"),
-    train_case("data.path={vdir}", expected="{vdir}/valid.txt is a directory, not a text file",
-               absent="add valid.txt"),
-    train_case("data.path={vlink}", expected="{vlink}/valid.txt is a broken symlink to {missing}",
-               absent="add valid.txt"),
-    train_case("pos=mrope", "eval.rope_scaling.kind=pi", expected="eval.rope_scaling.kind=pi:",
-               absent="pos.scaling"),
+    train_case(
+        "data.path={short}",
+        "data.seq_len=512",
+        expected="the validation split ({short}/valid.txt) has 8 tokens, fewer than the "
+        "data.seq_len=512",
+    ),
+    train_case(
+        "data.path={vdir}",
+        expected="{vdir}/valid.txt is a directory, not a text file",
+        absent="add valid.txt",
+    ),
+    train_case(
+        "data.path={vlink}",
+        expected="{vlink}/valid.txt is a broken symlink to {missing}",
+        absent="add valid.txt",
+    ),
+    train_case(
+        "pos=mrope",
+        "eval.rope_scaling.kind=pi",
+        expected="eval.rope_scaling.kind=pi:",
+        absent="pos.scaling",
+    ),
     train_case("attention.full_bias_mib=-1", expected="attention.full_bias_mib=-1 must be"),
     train_case("pos=sandwich", "pos.dim=7", expected="pos.dim=7 must be even"),
-]  # fmt: skip
+]
 
 EVAL_BAD = [
     eval_case(expected="pass exactly one of ckpt=PATH"),
@@ -134,53 +149,104 @@ EVAL_BAD = [
     eval_case("ckpt={file}", expected="train.txt as a checkpoint"),
     eval_case("run={learned}", "eval.lengths=[32,64]", expected="pos.max_positions"),
     eval_case("run={learned}", "eval.position_offset=-20", expected="eval.position_offset=-20"),
-    eval_case("run={learned}", "+eval.pos_overrides.max_positions=8",
-              expected="eval.pos_overrides"),
+    eval_case(
+        "run={learned}", "+eval.pos_overrides.max_positions=8", expected="eval.pos_overrides"
+    ),
     eval_case("run={rope}", "data_path={binary}", expected="train.txt"),
     eval_case("run={rope}", "eval.modes=[foo]", expected="eval.modes=[foo]"),
     eval_case("run={rope}", "eval.rope_scaling.kind=foo", expected="eval.rope_scaling.kind='foo'"),
-    eval_case("run={rope}", "eval.rope_scaling.kind=pi", "eval.rope_scaling.factor=0.5",
-              expected="eval.rope_scaling.factor=0.5"),
-    eval_case("run={rope}", "eval.rope_scaling.beta_fast=-1",
-              expected="eval.rope_scaling.beta_fast=-1"),
+    eval_case(
+        "run={rope}",
+        "eval.rope_scaling.kind=pi",
+        "eval.rope_scaling.factor=0.5",
+        expected="eval.rope_scaling.factor=0.5",
+    ),
+    eval_case(
+        "run={rope}", "eval.rope_scaling.beta_fast=-1", expected="eval.rope_scaling.beta_fast=-1"
+    ),
     eval_case("run={learned}", "eval.logn_scaling=true", expected="act on rotary schemes"),
     # a checkpoint path that is a folder or a damaged file; a multi-axis scheme's scaling
-    eval_case("ckpt={mrope}", expected="{mrope} is a directory; pass a .ckpt file",
-              absent="does not exist"),
-    eval_case("ckpt={cut}/checkpoints/last.ckpt",
-              expected=("{cut}/checkpoints/last.ckpt is corrupt or incomplete",
-                        # what to do: use the intact best.ckpt beside it
-                        "delete it and pass the checkpoint beside it instead: "
-                        "{cut}/checkpoints/best.ckpt")),
-    eval_case("run={mrope}", "eval.rope_scaling.kind=pi", expected="eval.rope_scaling.kind=pi:",
-              absent="pos.scaling"),
+    eval_case(
+        "ckpt={mrope}",
+        expected="{mrope} is a directory; pass a .ckpt file",
+        absent="does not exist",
+    ),
+    eval_case(
+        "ckpt={cut}/checkpoints/last.ckpt",
+        expected=(
+            "{cut}/checkpoints/last.ckpt is corrupt or incomplete",
+            # what to do: use the intact best.ckpt beside it
+            "delete it and pass the checkpoint beside it instead: {cut}/checkpoints/best.ckpt",
+        ),
+    ),
+    eval_case(
+        "run={mrope}",
+        "eval.rope_scaling.kind=pi",
+        expected="eval.rope_scaling.kind=pi:",
+        absent="pos.scaling",
+    ),
     # eval.py's top-level options, and a task checkpoint's corpus options
-    eval_case("run={rope}", "wandb=maybe", expected="wandb=maybe must be true or false",
-              wandb=False),
-    eval_case("run={rope}", "wandb=null", expected="wandb=null must be true or false",
-              wandb=False),
+    eval_case(
+        "run={rope}", "wandb=maybe", expected="wandb=maybe must be true or false", wandb=False
+    ),
+    eval_case("run={rope}", "wandb=null", expected="wandb=null must be true or false", wandb=False),
     eval_case("run={rope}", "out_dir=true", expected="out_dir=true is not a path", wandb=False),
-    eval_case("run=7", expected="run=7 is a number, not a path; for a path named 7 write run=./7",
-              wandb=False),
+    eval_case(
+        "run=7",
+        expected="run=7 is a number, not a path; for a path named 7 write run=./7",
+        wandb=False,
+    ),
     eval_case("ckpt=[a,b]", expected="ckpt=[a, b] is not a path", wandb=False),
-    eval_case("run={rope}", "data_path=false", expected="data_path=false is not a path",
-              wandb=False),
-    eval_case("run={rope},{{x: 1}}", expected="run={{x: 1}} is not a path",  # each -m value
-              wandb=False),
-    eval_case("run={task}", "eval.modes=[sliding]", "eval.stride=4",
-              expected=("eval.modes=[sliding], eval.stride=4: ",
-                        "trained on a generated task (data=passkey)",
-                        "not by windows over a corpus split"), wandb=False),
-]  # fmt: skip
+    eval_case(
+        "run={rope}", "data_path=false", expected="data_path=false is not a path", wandb=False
+    ),
+    eval_case(
+        "run={rope},{{x: 1}}",
+        expected="run={{x: 1}} is not a path",  # each -m value
+        wandb=False,
+    ),
+    eval_case(
+        "run={task}",
+        "eval.modes=[sliding]",
+        "eval.stride=4",
+        expected=(
+            "eval.modes=[sliding], eval.stride=4: ",
+            "trained on a generated task (data=passkey)",
+            "not by windows over a corpus split",
+        ),
+        wandb=False,
+    ),
+]
 
 
 # ------------------------------------------------------------------- scripts without Hydra
 
 # a benchmark that runs in seconds, should a check ever let a bad input through (argparse: the
 # last value of an option wins, so each case overrides what it tests)
-QUICK_BENCH = ("--model", "tiny", "--seq-len", "8", "--batch-size", "2", "--vocab", "64",
-               "--steps", "1", "--rounds", "1", "--warmup", "0", "--eval-batches", "1",
-               "--schemes", "nope", "--device", "cpu", "--out", "{out}/bench.md")  # fmt: skip
+QUICK_BENCH = (
+    "--model",
+    "tiny",
+    "--seq-len",
+    "8",
+    "--batch-size",
+    "2",
+    "--vocab",
+    "64",
+    "--steps",
+    "1",
+    "--rounds",
+    "1",
+    "--warmup",
+    "0",
+    "--eval-batches",
+    "1",
+    "--schemes",
+    "nope",
+    "--device",
+    "cpu",
+    "--out",
+    "{out}/bench.md",
+)
 
 
 def bench(*args: str, expected: str) -> Case:
@@ -208,63 +274,115 @@ SCRIPT_BAD = [
     bench("--batch-size", "two", expected="argument --batch-size: 'two' is not a whole number"),
     bench("--eval-batches", "0", expected="argument --eval-batches: must be ≥ 1 (got 0)"),
     bench("--schemes", "nope", "foo", expected="argument --schemes: invalid choice: 'foo'"),
-    bench("--attention", "linear", "--schemes", "alibi",
-          expected="--schemes alibi with --attention linear (model tiny, L=8): attention=linear "
-                   "cannot serve"),
-    bench("--out", "{file}/bench.md",
-          expected="--out {file}/bench.md: {file} is a file, so no file"),
+    bench(
+        "--attention",
+        "linear",
+        "--schemes",
+        "alibi",
+        expected="--schemes alibi with --attention linear (model tiny, L=8): attention=linear "
+        "cannot serve",
+    ),
+    bench(
+        "--out", "{file}/bench.md", expected="--out {file}/bench.md: {file} is a file, so no file"
+    ),
     bench("--out", "{results}", expected="--out {results} is a folder; pass the path of a file"),
     bench("--out", "/proc/poslab/bench.md", expected="/proc is not writable"),
-    compare("{good}", "--out", "{file}",
-            expected="--out {file} is a file; pass the path of a folder"),
+    compare(
+        "{good}", "--out", "{file}", expected="--out {file} is a file; pass the path of a folder"
+    ),
     compare("{good}", "--out", "{file}/sub", expected="--out {file}/sub: {file} is a file, so no"),
-    compare("{length_abc}", "--out", "{out}",
-            expected="{length_abc}/extrapolation/extrapolation.json: row 2 of 3 (rope, "
-                     "nonoverlapping) has length='abc', not a whole number of tokens ≥ 1"),
+    compare(
+        "{length_abc}",
+        "--out",
+        "{out}",
+        expected="{length_abc}/extrapolation/extrapolation.json: row 2 of 3 (rope, "
+        "nonoverlapping) has length='abc', not a whole number of tokens ≥ 1",
+    ),
     compare("{length_negative}", expected="row 2 of 3 (rope, nonoverlapping) has length=-5"),
-    compare("{length_missing}", "--out", "{out}",
-            expected="row 3 of 3 (rope, nonoverlapping) has no 'length' field"),
+    compare(
+        "{length_missing}",
+        "--out",
+        "{out}",
+        expected="row 3 of 3 (rope, nonoverlapping) has no 'length' field",
+    ),
     compare("{out}/missing", expected="no such file or folder: {out}/missing"),
-    compare("{empty_folder}", "--out", "{out}",
-            expected="no extrapolation/extrapolation.json under"),
+    compare(
+        "{empty_folder}", "--out", "{out}", expected="no extrapolation/extrapolation.json under"
+    ),
     compare("{file}", "--out", "{out}", expected="{file} is not a results file"),
     compare(expected="the following arguments are required: paths; see python scripts/compare.py"),
-    analysis("attention", "{task}", "--out", "{out}",
-             expected="{task} was trained on the generated task data=passkey, not on a text "
-                      "corpus"),
+    analysis(
+        "attention",
+        "{task}",
+        "--out",
+        "{out}",
+        expected="{task} was trained on the generated task data=passkey, not on a text corpus",
+    ),
     analysis("decay", "--out", "{file}/sub", expected="--out {file}/sub: {file} is a file, so no"),
     analysis("collisions", "--out", "/proc/poslab", expected="/proc is not writable"),
-    analysis("attention", "{out}/no.ckpt", "--out", "{out}",
-             expected="no such checkpoint or run folder"),
+    analysis(
+        "attention", "{out}/no.ckpt", "--out", "{out}", expected="no such checkpoint or run folder"
+    ),
     analysis("attention", "{file}", "--out", "{out}", expected="{file}"),
-    analysis("attention", "{corpus_gone}", "--out", "{out}",
-             expected="{corpus_gone} was trained on data.path={gone}, which does not exist any "
-                      "more; pass that corpus with --data-path DIR"),
-    analysis("attention", "{corpus_gone}", "--factor", "0.01", "--out", "{out}",
-             expected="--factor 0.01 × the training length 16 of {corpus_gone} is fewer than 2 "
-                      "tokens"),
-    analysis("attention", "{task}", "--factor", "nan", "--out", "{out}",
-             expected="--factor must be"),
-    analysis("attention", "{task}", "--data-path", "{gone}", "--out", "{out}",
-             expected="--data-path {gone} does not exist"),
-    analysis("attention", "{task}", "--split", "foo", "--out", "{out}",
-             expected="argument --split: invalid choice: 'foo'"),
-    analysis("theta", "{empty_folder}", "--out", "{out}",
-             expected="run folder {empty_folder} has no"),
-    analysis("decay", "--bases", "inf", "--out", "{out}",
-             expected="--bases must be finite and > 1"),
-]  # fmt: skip
+    analysis(
+        "attention",
+        "{corpus_gone}",
+        "--out",
+        "{out}",
+        expected="{corpus_gone} was trained on data.path={gone}, which does not exist any "
+        "more; pass that corpus with --data-path DIR",
+    ),
+    analysis(
+        "attention",
+        "{corpus_gone}",
+        "--factor",
+        "0.01",
+        "--out",
+        "{out}",
+        expected="--factor 0.01 × the training length 16 of {corpus_gone} is fewer than 2 tokens",
+    ),
+    analysis(
+        "attention", "{task}", "--factor", "nan", "--out", "{out}", expected="--factor must be"
+    ),
+    analysis(
+        "attention",
+        "{task}",
+        "--data-path",
+        "{gone}",
+        "--out",
+        "{out}",
+        expected="--data-path {gone} does not exist",
+    ),
+    analysis(
+        "attention",
+        "{task}",
+        "--split",
+        "foo",
+        "--out",
+        "{out}",
+        expected="argument --split: invalid choice: 'foo'",
+    ),
+    analysis(
+        "theta", "{empty_folder}", "--out", "{out}", expected="run folder {empty_folder} has no"
+    ),
+    analysis(
+        "decay", "--bases", "inf", "--out", "{out}", expected="--bases must be finite and > 1"
+    ),
+]
 if torch.cuda.is_available():
-    SCRIPT_BAD.append(bench("--device", "cuda:99", expected="argument --device: 'cuda:99': this "
-                                                            "machine"))  # fmt: skip
+    SCRIPT_BAD.append(
+        bench("--device", "cuda:99", expected="argument --device: 'cuda:99': this machine")
+    )
 else:  # the case of the report: a GPU asked for where there is none
     SCRIPT_BAD.append(bench("--device", "cuda", expected="'cuda': this machine has no CUDA GPU"))
-    SCRIPT_BAD.append(bench("--attention", "flex",
-                            expected="--attention flex trains on CUDA GPUs only"))  # fmt: skip
+    SCRIPT_BAD.append(
+        bench("--attention", "flex", expected="--attention flex trains on CUDA GPUs only")
+    )
 
 
-def case_problems(case: Case, result: subprocess.CompletedProcess, values: dict[str, str],
-                  out: Path) -> list[str]:  # fmt: skip
+def case_problems(
+    case: Case, result: subprocess.CompletedProcess, values: dict[str, str], out: Path
+) -> list[str]:
     """What breaks the contract in one case's result (contract_problems, with every expected
     text and without the absent one)."""
     expected = [e.format(**values, out=out) for e in case.expected]
@@ -280,8 +398,13 @@ def run_case_process(case: Case, values: dict[str, str], out: Path) -> subproces
     `python scripts/X.py ...`, run from the folder its output path is in."""
     script = {"train": REPO / "train.py", "eval": REPO / "eval.py"}.get(case.app)
     script = script or SCRIPTS / case.app
-    return subprocess.run([sys.executable, str(script), *case.argv(values, out)], cwd=out.parent,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(script), *case.argv(values, out)],
+        cwd=out.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def listing(root: Path) -> list[str]:

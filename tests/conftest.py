@@ -20,7 +20,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from poslab.positions import scheme_names
 
@@ -108,6 +108,15 @@ def train_in_process(scheme: str, corpus: Path, out_dir: Path, extra: list[str] 
     return run_training(cfg)
 
 
+def eval_cfg(**overrides) -> DictConfig:
+    """conf/eval/default.yaml for the tiny runs (1500 tokens, no W&B), with `overrides`."""
+    cfg = OmegaConf.load(CONF / "eval" / "default.yaml")
+    cfg.max_tokens, cfg.log_wandb = 1500, False
+    for key, value in overrides.items():
+        cfg[key] = value
+    return cfg
+
+
 class TrainedRuns(Mapping):
     """scheme -> (run folder, final metrics) of one tiny training run per scheme (real Trainer,
     checkpoints and eval files on disk), each trained the first time it is asked for: a test
@@ -161,10 +170,14 @@ def race_two_processes(args: list[str], tmp_path: Path) -> list[tuple[str, str]]
     ready file, create the go file so they start the raced work together. Returns their
     (stdout, stderr) after asserting both exited with 0."""
     procs = [
-        subprocess.Popen([*args, str(tmp_path / f"ready{i}"), str(tmp_path / "go")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*args, str(tmp_path / f"ready{i}"), str(tmp_path / "go")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     try:
         deadline = time.monotonic() + 120
         while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
@@ -186,8 +199,13 @@ def race_two_processes(args: list[str], tmp_path: Path) -> list[tuple[str, str]]
 # through their main()
 
 
-def run_in_process(app: str, args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch,
-                   capfd: pytest.CaptureFixture) -> subprocess.CompletedProcess:  # fmt: skip
+def run_in_process(
+    app: str,
+    args: list[str],
+    cwd: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture,
+) -> subprocess.CompletedProcess:
     """`python train.py ARGS` (app "train"), `python eval.py ARGS` ("eval") or `python
     scripts/APP ARGS` ("benchmark.py", "compare.py", "analysis.py") run in this process, from
     `cwd`, through the function the command calls: its exit code (SystemExit; an uncaught
@@ -282,9 +300,18 @@ def bad_corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (tempty / "train.txt").write_text("")
     random_ckpt = root / "random.ckpt"
     random_ckpt.write_bytes(os.urandom(4096))
-    return {"binary": binary, "latin1": latin1, "blank": blank, "short": short, "vdir": vdir,
-            "vlink": vlink, "tdir": tdir, "tempty": tempty, "missing": root / "missing.txt",
-            "random": random_ckpt}  # fmt: skip
+    return {
+        "binary": binary,
+        "latin1": latin1,
+        "blank": blank,
+        "short": short,
+        "vdir": vdir,
+        "vlink": vlink,
+        "tdir": tdir,
+        "tempty": tempty,
+        "missing": root / "missing.txt",
+        "random": random_ckpt,
+    }
 
 
 @pytest.fixture(scope="session")
@@ -306,11 +333,25 @@ def task_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from poslab.training import run_training
 
     out = tmp_path_factory.mktemp("task") / "passkey"
-    run_training(compose_train([
-        "data=passkey", "pos=rope", "model=tiny", "data.seq_len=32", "data.batch_size=8",
-        "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.enable_progress_bar=false",
-        "optim.warmup_steps=1", "data.val_examples=8", "logger=none", "eval.after_train=false",
-    ], out))  # fmt: skip
+    run_training(
+        compose_train(
+            [
+                "data=passkey",
+                "pos=rope",
+                "model=tiny",
+                "data.seq_len=32",
+                "data.batch_size=8",
+                "trainer.max_steps=2",
+                "trainer.val_check_interval=2",
+                "trainer.enable_progress_bar=false",
+                "optim.warmup_steps=1",
+                "data.val_examples=8",
+                "logger=none",
+                "eval.after_train=false",
+            ],
+            out,
+        )
+    )
     return out
 
 
@@ -341,10 +382,19 @@ def case_values(request: pytest.FixtureRequest, templates: tuple[str, ...]) -> d
 def result_rows() -> list[dict]:
     """Three rows of one run as eval.py writes them (the fields compare.py reads)."""
     return [
-        {"scheme": "rope", "train_length": 16, "mode": "nonoverlapping", "split": "validation",
-         "length": n, "factor": n / 16, "status": "ok", "loss": 3.0, "ppl": 20.0}
+        {
+            "scheme": "rope",
+            "train_length": 16,
+            "mode": "nonoverlapping",
+            "split": "validation",
+            "length": n,
+            "factor": n / 16,
+            "status": "ok",
+            "loss": 3.0,
+            "ppl": 20.0,
+        }
         for n in (16, 32, 64)
-    ]  # fmt: skip
+    ]
 
 
 def write_results(folder: Path, rows: list[dict]) -> Path:
@@ -364,8 +414,12 @@ def script_inputs(tmp_path_factory: pytest.TempPathFactory, task_run: Path) -> d
     abc[1]["length"], negative[1]["length"] = "abc", -5
     del missing[2]["length"]
     gone = make_corpus(root / "gone_corpus", n_train=200, n_valid=40)
-    train_in_process("rope", gone, root / "corpus_gone",
-                     ["trainer.max_steps=2", "eval.after_train=false", "logger=none"])  # fmt: skip
+    train_in_process(
+        "rope",
+        gone,
+        root / "corpus_gone",
+        ["trainer.max_steps=2", "eval.after_train=false", "logger=none"],
+    )
     shutil.rmtree(gone)
     (root / "empty_folder").mkdir()
     (root / "file").write_text("not a checkpoint, not results\n")

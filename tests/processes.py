@@ -29,8 +29,14 @@ RESUMABLE = [
 
 
 def train_cmd(corpus: Path, folder: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(REPO / "train.py"), f"data.path={corpus}", *RESUMABLE, *extra,
-            f"hydra.run.dir={folder}"]  # fmt: skip
+    return [
+        sys.executable,
+        str(REPO / "train.py"),
+        f"data.path={corpus}",
+        *RESUMABLE,
+        *extra,
+        f"hydra.run.dir={folder}",
+    ]
 
 
 def wandb_env(home: Path) -> dict[str, str]:
@@ -50,15 +56,22 @@ def wandb_run_ids(folder: Path) -> list[str]:
 
 
 def start_and_wait_for_checkpoint(
-    cmd: list[str], folder: Path, env: dict | None = None, until: Any = None,
+    cmd: list[str],
+    folder: Path,
+    env: dict | None = None,
+    until: Any = None,
     cwd: Path | None = None,
-) -> subprocess.Popen:  # fmt: skip
+) -> subprocess.Popen:
     """Start a training run and return once its first periodic checkpoint is on disk (or once
     `until()` is true)."""
     proc = subprocess.Popen(
-        cmd, cwd=cwd or folder.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cmd,
+        cwd=cwd or folder.parent,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
-    )  # fmt: skip
+    )
     ckpt = folder / "checkpoints" / "last.ckpt"
     until = until or ckpt.exists
     deadline = time.time() + 240
@@ -103,8 +116,11 @@ def val_losses(folder: Path) -> list[tuple[int, float]]:
     rows = []
     for path in sorted(folder.glob("csv/**/metrics.csv")):
         with open(path) as f:
-            rows += [(int(r["step"]), float(r["val/loss"])) for r in csv.DictReader(f)
-                     if r.get("val/loss")]  # fmt: skip
+            rows += [
+                (int(r["step"]), float(r["val/loss"]))
+                for r in csv.DictReader(f)
+                if r.get("val/loss")
+            ]
     return rows
 
 
@@ -114,8 +130,15 @@ def _limit_file_size(limit: int):  # noqa: ANN202 -- a preexec_fn
 
 
 def train_argv(corpus: Path, folder: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(REPO / "train.py"), f"data.path={corpus}", *RESUMABLE,
-            "logger=csv", *extra, f"hydra.run.dir={folder}"]  # fmt: skip
+    return [
+        sys.executable,
+        str(REPO / "train.py"),
+        f"data.path={corpus}",
+        *RESUMABLE,
+        "logger=csv",
+        *extra,
+        f"hydra.run.dir={folder}",
+    ]
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:

@@ -24,8 +24,16 @@ FSDP_ON_CPU = r"^trainer=fsdp needs CUDA GPUs; use trainer=ddp on CPUs$"
 
 
 # variables through which a cluster or a launcher tells Lightning the processes are already there
-CLUSTER_VARS = ("SLURM_", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "GROUP_RANK", "TORCHELASTIC_")  # fmt: skip
+CLUSTER_VARS = (
+    "SLURM_",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "TORCHELASTIC_",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -51,10 +59,15 @@ def four_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 def budget_cfg(corpus: Path, out: Path, overrides: list[str]):
     # an explicit precision: the default asks the (mocked) CUDA runtime for bf16 support
     return compose_train(
-        [f"data.path={corpus}", *TINY, f"train.max_tokens={BUDGET}", "trainer.precision=32-true",
-         *overrides],
+        [
+            f"data.path={corpus}",
+            *TINY,
+            f"train.max_tokens={BUDGET}",
+            "trainer.precision=32-true",
+            *overrides,
+        ],
         out,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,8 +92,9 @@ def test_token_budget_counts_every_process(four_gpus, corpus, tmp_path, override
 
 
 def test_token_budget_counts_gradient_accumulation_and_rounds_up(four_gpus, corpus, tmp_path):
-    cfg = budget_cfg(corpus, tmp_path, ["trainer.devices=[0,1]",
-                                        "+trainer.accumulate_grad_batches=4"])  # fmt: skip
+    cfg = budget_cfg(
+        corpus, tmp_path, ["trainer.devices=[0,1]", "+trainer.accumulate_grad_batches=4"]
+    )
     assert max_steps_for(cfg) == BUDGET // (256 * 4 * 2)
     with open_dict(cfg):
         cfg.train.max_tokens = BUDGET + 1  # one token more needs one step more
@@ -88,8 +102,9 @@ def test_token_budget_counts_gradient_accumulation_and_rounds_up(four_gpus, corp
 
 
 def test_token_budget_on_cpu_processes(corpus, tmp_path):
-    cfg = budget_cfg(corpus, tmp_path, ["trainer=ddp", "trainer.accelerator=cpu",
-                                        "trainer.devices=2"])  # fmt: skip
+    cfg = budget_cfg(
+        corpus, tmp_path, ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
+    )
     assert max_steps_for(cfg) == BUDGET // (256 * 2)
     cfg = budget_cfg(corpus, tmp_path, [])  # trainer=default: one process
     assert max_steps_for(cfg) == BUDGET // 256
@@ -121,8 +136,17 @@ def test_fsdp_on_cpus_is_one_clear_error_before_any_work(monkeypatch, corpus, tm
     # token cache folder stays absent)
     extra = ["trainer.accelerator=cpu"] if gpus else []
     cache = tmp_path / "cache"
-    cfg = compose_train([f"data.path={corpus}", f"data.cache_dir={cache}", *TINY, "trainer=fsdp",
-                         "trainer.precision=32-true", *extra], tmp_path / "run")  # fmt: skip
+    cfg = compose_train(
+        [
+            f"data.path={corpus}",
+            f"data.cache_dir={cache}",
+            *TINY,
+            "trainer=fsdp",
+            "trainer.precision=32-true",
+            *extra,
+        ],
+        tmp_path / "run",
+    )
     with pytest.raises(ConfigError, match=FSDP_ON_CPU):
         run_training(cfg)
     assert not cache.exists()
@@ -131,8 +155,9 @@ def test_fsdp_on_cpus_is_one_clear_error_before_any_work(monkeypatch, corpus, tm
 def test_fsdp_on_cpus_cli_says_so_in_one_line(tmp_path, monkeypatch, capfd):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA GPUs")
-    result = run_in_process("train", ["trainer=fsdp", "model=tiny", "logger=csv"], tmp_path,
-                            monkeypatch, capfd)  # fmt: skip
+    result = run_in_process(
+        "train", ["trainer=fsdp", "model=tiny", "logger=csv"], tmp_path, monkeypatch, capfd
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: trainer=fsdp needs CUDA GPUs; use trainer=ddp on CPUs"

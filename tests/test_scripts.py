@@ -18,8 +18,9 @@ def test_the_table_is_not_cut_short():
 
 
 @pytest.mark.parametrize("case", SCRIPT_BAD, ids=[c.id for c in SCRIPT_BAD])
-def test_every_bad_input_is_one_line_and_exit_code_2(case, script_inputs, tmp_path, monkeypatch,
-                                                     capfd):  # fmt: skip
+def test_every_bad_input_is_one_line_and_exit_code_2(
+    case, script_inputs, tmp_path, monkeypatch, capfd
+):
     values = {k: str(v) for k, v in script_inputs.items()}
     root = script_inputs["file"].parent
     before = listing(root)

@@ -60,8 +60,11 @@ def test_learnable_theta_moves_and_is_logged(corpus, tmp_path):
     model, _ = load_checkpoint(run / "checkpoints" / "last.ckpt")
     assert isinstance(model.pos.theta, torch.nn.Parameter)
     assert not torch.equal(model.pos.theta, model.pos.theta_init)
-    logged = [float(r["pos/theta_rel_change_mean"]) for r in metrics_csv(run)
-              if r.get("pos/theta_rel_change_mean")]  # fmt: skip
+    logged = [
+        float(r["pos/theta_rel_change_mean"])
+        for r in metrics_csv(run)
+        if r.get("pos/theta_rel_change_mean")
+    ]
     assert logged and logged[-1] > 0
     # the run folder has the plot of θ_i/θ_i(init) and its numbers, for the last state
     rows = list(csv.DictReader((run / "pos" / "theta.csv").open()))
@@ -78,9 +81,11 @@ def test_fixed_theta_stays_fixed(trained_runs):
 
 def test_bf16_mixed_on_cpu_trains(corpus, tmp_path):
     metrics = train_in_process(
-        "alibi", corpus, tmp_path / "bf16",
+        "alibi",
+        corpus,
+        tmp_path / "bf16",
         ["trainer.precision=bf16-mixed", "trainer.max_steps=20", "eval.after_train=false"],
-    )  # fmt: skip
+    )
     assert metrics["best_val_loss"] < metrics["val/loss_initial"]
 
 
@@ -121,9 +126,13 @@ def test_bad_input_raises_config_error(corpus, tmp_path, overrides, message):
 
 def run_cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def test_hub_unreachable_says_pass_data_path(tmp_path):
@@ -139,9 +148,11 @@ def test_hub_unreachable_says_pass_data_path(tmp_path):
 
 def test_scheme_parameters_get_their_own_lr_and_no_decay(corpus, tmp_path):
     train_in_process(
-        "t5", corpus, tmp_path, ["optim.pos_lr_scale=10", "trainer.max_steps=3",
-                                 "eval.after_train=false"],
-    )  # fmt: skip
+        "t5",
+        corpus,
+        tmp_path,
+        ["optim.pos_lr_scale=10", "trainer.max_steps=3", "eval.after_train=false"],
+    )
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     groups = ckpt["optimizer_states"][0]["param_groups"]
     assert [g["initial_lr"] for g in groups] == pytest.approx([3e-3, 3e-3, 3e-2])
@@ -233,8 +244,9 @@ def test_a_resumed_run_may_find_its_token_cache_elsewhere(corpus, tmp_path):
     next), not what they are: no reason to refuse a resume."""
     run = tmp_path / "run"
     train(corpus, run, "trainer.max_steps=10", f"data.cache_dir={tmp_path / 'here'}")
-    train(corpus, run, "trainer.max_steps=20", f"data.cache_dir={tmp_path / 'there'}",
-          "resume=auto")  # fmt: skip
+    train(
+        corpus, run, "trainer.max_steps=20", f"data.cache_dir={tmp_path / 'there'}", "resume=auto"
+    )
     assert status_of(run)["status"] == "completed" and status_of(run)["step"] == 20
 
 

@@ -147,12 +147,15 @@ def _flex_kernel(device_type: str) -> Callable:
 class FlexMask:
     """The causal block mask and the score_mod of one forward (built once, used by all layers)."""
 
-    def __init__(self, score_bias: ScoreBias | None, positions_fp32: Tensor) -> None:
+    def __init__(
+        self, score_bias: ScoreBias | None, positions_fp32: Tensor, position_axes: int = 0
+    ) -> None:
         if not flex_available():
             raise ConfigError("attention=flex needs torch >= 2.5; use attention=sdpa")
         from torch.nn.attention.flex_attention import create_block_mask
 
-        seq_len = positions_fp32.shape[-1]
+        # positions are (…, T), or (…, T, A) for a scheme of A position axes
+        seq_len = positions_fp32.shape[-2] if position_axes else positions_fp32.shape[-1]
         device = positions_fp32.device
 
         def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -161,8 +164,8 @@ class FlexMask:
         self.block_mask = create_block_mask(causal, None, None, seq_len, seq_len, device=device)
         self.score_mod = None
         if score_bias is not None:
-            pos = positions_fp32 if positions_fp32.dim() == 2 else positions_fp32[None]
-            batched = positions_fp32.dim() == 2
+            batched = positions_fp32.dim() == (3 if position_axes else 2)  # per sequence
+            pos = positions_fp32 if batched else positions_fp32[None]
 
             def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor):
                 row = pos[b] if batched else pos[0]
@@ -326,10 +329,10 @@ class Flex(AttentionKernel):
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
         if pos.per_layer:
             return None
-        return FlexMask(_score_bias_fn(pos, 0), prepared.fp32)
+        return FlexMask(_score_bias_fn(pos, 0), prepared.fp32, pos.position_axes)
 
     def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
-        mask = state or FlexMask(_score_bias_fn(pos, layer), prepared.fp32)
+        mask = state or FlexMask(_score_bias_fn(pos, layer), prepared.fp32, pos.position_axes)
         return flex_causal_attention(q, k, v, mask)
 
 

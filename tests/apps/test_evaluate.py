@@ -25,8 +25,9 @@ def test_the_table_is_not_cut_short():
 
 
 @pytest.mark.parametrize("case", EVAL_BAD, ids=[c.id for c in EVAL_BAD])
-def test_every_bad_input_is_one_line_and_exit_code_2(case, request, task_run, tmp_path,
-                                                     monkeypatch, capfd):  # fmt: skip
+def test_every_bad_input_is_one_line_and_exit_code_2(
+    case, request, task_run, tmp_path, monkeypatch, capfd
+):
     out = tmp_path / "case"
     app_values = case_values(request, case.args + case.expected)
     result = run_in_process("eval", case.argv(app_values, out), tmp_path, monkeypatch, capfd)
@@ -41,8 +42,11 @@ def test_eval_py_refuses_a_missing_checkpoint_in_a_real_process(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, str(REPO / "eval.py"), "ckpt=/no/such.ckpt", f"out_dir={out}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert not contract_problems(result, "/no/such.ckpt does not exist", out), result.stderr
 
 
@@ -50,15 +54,17 @@ def contents(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_eval_py_without_out_dir_keeps_the_after_training_table(trained_runs, tmp_path,
-                                                                monkeypatch, capfd):  # fmt: skip
+def test_eval_py_without_out_dir_keeps_the_after_training_table(
+    trained_runs, tmp_path, monkeypatch, capfd
+):
     sweep = tmp_path / "sweep"
     run = sweep / "rope"
     shutil.copytree(trained_runs["rope"][0], run)
     before = contents(run / "extrapolation")
     args = [f"run={run}", "eval.factors=[1,2]", "eval.max_tokens=600", "wandb=false"]
-    result = run_in_process("eval", [*args, "eval.rope_scaling.kind=yarn"], tmp_path,
-                            monkeypatch, capfd)  # fmt: skip
+    result = run_in_process(
+        "eval", [*args, "eval.rope_scaling.kind=yarn"], tmp_path, monkeypatch, capfd
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert contents(run / "extrapolation") == before
     (new,) = run.glob("extrapolation-*")

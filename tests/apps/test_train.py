@@ -28,8 +28,7 @@ def test_the_table_is_not_cut_short():
 
 
 @pytest.mark.parametrize("case", TRAIN_BAD, ids=[c.id for c in TRAIN_BAD])
-def test_every_bad_input_is_one_line_and_exit_code_2(case, request, tmp_path, monkeypatch,
-                                                     capfd):  # fmt: skip
+def test_every_bad_input_is_one_line_and_exit_code_2(case, request, tmp_path, monkeypatch, capfd):
     out = tmp_path / "case"
     app_values = case_values(request, case.args + case.expected)
     result = run_in_process("train", case.argv(app_values, out), tmp_path, monkeypatch, capfd)
@@ -44,9 +43,12 @@ def test_cli_errors_are_one_clear_line(corpus, tmp_path, monkeypatch, capfd):
         f"error: pos=nosuchscheme is not an option; choose one of: {', '.join(SCHEMES)}"
     ]
     odd = run_in_process(
-        "train", [f"data.path={corpus}", *TINY, "pos=rope", "pos.fraction=0.03125"], tmp_path,
-        monkeypatch, capfd,
-    )  # fmt: skip
+        "train",
+        [f"data.path={corpus}", *TINY, "pos=rope", "pos.fraction=0.03125"],
+        tmp_path,
+        monkeypatch,
+        capfd,
+    )
     assert odd.returncode == 2
     assert "Traceback" not in odd.stderr
     assert "error: rope rotates pairs of dims" in odd.stderr
@@ -55,8 +57,13 @@ def test_cli_errors_are_one_clear_line(corpus, tmp_path, monkeypatch, capfd):
 def test_hydra_flags_that_exclude_each_other_are_one_line(tmp_path):
     """The fast suite's real `python train.py` process: the command's wiring (the shim, Hydra's
     argument parsing, the exit code) as a user meets it."""
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "-m", "--cfg", "job"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "--cfg", "job"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert lines[0].startswith("error: Only one of --run, --multirun, --cfg")

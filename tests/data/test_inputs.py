@@ -38,8 +38,9 @@ def test_split_files_that_are_no_text_files_are_named_as_they_are(bad_corpora, t
 
 def test_a_split_shorter_than_seq_len_is_found_when_the_data_is_loaded(bad_corpora, tmp_path):
     def data(seq_len: int, path: Path, **options: object) -> LMDataModule:
-        return LMDataModule(seq_len, batch_size=4, name="short", path=str(path),
-                            cache_dir=str(tmp_path), **options)  # fmt: skip
+        return LMDataModule(
+            seq_len, batch_size=4, name="short", path=str(path), cache_dir=str(tmp_path), **options
+        )
 
     # vocab_size is what training reads before it builds the Trainer
     with pytest.raises(ConfigError, match=r"\(.*short/valid.txt\) has 8 tokens, fewer than"):
@@ -52,8 +53,9 @@ def test_a_split_shorter_than_seq_len_is_found_when_the_data_is_loaded(bad_corpo
 
 def test_token_cache_settings_that_cannot_work_fail_at_once(corpus, tmp_path):
     with pytest.raises(ConfigError, match=re.escape("data.vocab_size=100 is below the 257")):
-        TokenCache("toy", path=str(corpus), tokenizer="bpe", vocab_size=100,
-                   cache_dir=str(tmp_path))  # fmt: skip
+        TokenCache(
+            "toy", path=str(corpus), tokenizer="bpe", vocab_size=100, cache_dir=str(tmp_path)
+        )
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'file'} is a file, not a fold")):
         TokenCache("toy", path=str(corpus), cache_dir=str(tmp_path / "file" / "cache"))

@@ -26,8 +26,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 
 def run_table(cases, values, tmp_path) -> list[str]:
     with ThreadPoolExecutor(max_workers=3) as pool:  # the processes wait on imports mostly
-        futures = [pool.submit(run_case_process, case, values, tmp_path / f"case{i}")
-                   for i, case in enumerate(cases)]  # fmt: skip
+        futures = [
+            pool.submit(run_case_process, case, values, tmp_path / f"case{i}")
+            for i, case in enumerate(cases)
+        ]
         results = [f.result() for f in futures]
     failures = []
     for i, (case, result) in enumerate(zip(cases, results, strict=True)):

@@ -61,9 +61,13 @@ def metrics_csv(run: Path) -> list[dict]:
 
 def run_cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -80,8 +84,12 @@ def test_two_runs_started_together_get_their_own_folders(corpus, tmp_path):
         "eval.after_train=false",
         "train.validate_before_fit=false",
     ]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     for proc in procs:
         assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
     runs = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
@@ -103,8 +111,12 @@ def test_wandb_that_cannot_reach_its_server_falls_back_to_offline(corpus, tmp_pa
     folder = tmp_path / "run"
     result = subprocess.run(
         train_cmd(corpus, folder, "logger=wandb", "logger.init_timeout=5", "trainer.max_steps=3"),
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "W&B could not start online" in result.stdout + result.stderr
     assert list((folder / "wandb").glob("offline-run-*"))
@@ -114,8 +126,13 @@ def test_wandb_that_cannot_reach_its_server_falls_back_to_offline(corpus, tmp_pa
 @pytest.mark.slow
 def test_a_refused_command_never_writes_to_the_run_it_names(corpus, tmp_path):
     run = tmp_path / "run"
-    made = subprocess.run(train_argv(corpus, run, "trainer.max_steps=20"), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    made = subprocess.run(
+        train_argv(corpus, run, "trainer.max_steps=20"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     before = folder_digest(run)
     cases = [
@@ -129,19 +146,31 @@ def test_a_refused_command_never_writes_to_the_run_it_names(corpus, tmp_path):
     for extra, expected in cases:
         result = subprocess.run(
             [sys.executable, str(REPO / "train.py"), f"resume={run}", *extra],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert expected in one_error_line(result)
         assert folder_digest(run) == before, extra  # status, .hydra, log: as they were
     # a finished run resumed: nothing to do, nothing written
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={run}"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), f"resume={run}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert folder_digest(run) == before
     # and the run still resumes (its record was not overwritten by the refused commands)
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={run}",
-                             "trainer.max_steps=50"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), f"resume={run}", "trainer.max_steps=50"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert status_of(run)["status"] == "completed" and status_of(run)["step"] == 50
 
@@ -154,8 +183,11 @@ def test_a_second_process_on_a_run_folder_is_refused_with_the_holders_pid(corpus
         before = {k: v for k, v in folder_digest(folder).items() if k.startswith(".hydra")}
         result = subprocess.run(
             [sys.executable, str(REPO / "train.py"), f"resume={folder}"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         line = one_error_line(result)
         assert f"in use by another training process (pid {proc.pid})" in line
         assert not (folder / ".hydra-pending").exists()
@@ -164,8 +196,13 @@ def test_a_second_process_on_a_run_folder_is_refused_with_the_holders_pid(corpus
         proc.kill()
         proc.wait()
     # the killed holder's lock went with it: the run resumes
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={folder}"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), f"resume={folder}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
 
@@ -175,8 +212,14 @@ def test_no_room_for_a_checkpoint_is_one_line_and_a_failed_status(corpus, tmp_pa
     folder = tmp_path / "run"
     # the logs, status and token cache fit; a checkpoint (about 1.3 MB) does not
     limit = _limit_file_size(1 << 20)
-    result = subprocess.run(train_argv(corpus, folder), cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300, preexec_fn=limit)  # fmt: skip
+    result = subprocess.run(
+        train_argv(corpus, folder),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
     line = last_error_line(result)
     assert line.startswith(f"error: no room to write {folder / 'checkpoints'}")
     assert "MiB needed" in line and "a file-size limit (ulimit -f)" in line
@@ -190,8 +233,9 @@ def small_disk(tmp_path: Path):  # noqa: ANN201
     """A 3 MiB tmpfs (needs root and mount rights; skipped elsewhere)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
-                          capture_output=True)  # fmt: skip
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True
+    )
     if made.returncode != 0:
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
@@ -207,8 +251,14 @@ def test_a_full_disk_keeps_the_last_good_checkpoint(corpus, tmp_path, small_disk
     folder = small_disk / "run"
     cache = tmp_path / "cache"  # the token cache lives elsewhere, as on a real machine
     env = {**os.environ, "POSLAB_CACHE": str(cache)}
-    result = subprocess.run(train_argv(corpus, folder), cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300, env=env)  # fmt: skip
+    result = subprocess.run(
+        train_argv(corpus, folder),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     line = last_error_line(result)
     assert "no room to write" in line and "MiB free on its disk" in line
     assert "is intact; then resume with: python train.py resume=" in line
@@ -227,31 +277,49 @@ def test_a_read_only_place_is_one_line(corpus, tmp_path):
     if made.returncode != 0:
         pytest.skip("cannot make a read-only bind mount here (needs root)")
     try:
-        result = subprocess.run(train_argv(corpus, ro / "run"), cwd=tmp_path,
-                                capture_output=True, text=True, timeout=300)  # fmt: skip
+        result = subprocess.run(
+            train_argv(corpus, ro / "run"),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         line = one_error_line(result)
         assert f"cannot write {ro / 'run'}" in line and "Read-only file system" in line
         # a read-only token cache (found while the data is read: the run folder is removed)
         env = {**os.environ, "POSLAB_CACHE": str(ro / "cache")}
-        result = subprocess.run(train_argv(corpus, tmp_path / "r2"), cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=300)  # fmt: skip
+        result = subprocess.run(
+            train_argv(corpus, tmp_path / "r2"),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert f"cannot write {ro / 'cache'}" in one_error_line(result)
         assert not (tmp_path / "r2").exists()
         env = {**os.environ, "HOME": str(ro), "WANDB_MODE": "offline"}
         folder = tmp_path / "wandb_run"
         started = time.time()
         result = subprocess.run(
-            train_argv(corpus, folder, "logger=wandb", "trainer.max_steps=10"), cwd=tmp_path,
-            capture_output=True, text=True, timeout=300, env=env,
-        )  # fmt: skip
+            train_argv(corpus, folder, "logger=wandb", "trainer.max_steps=10"),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert result.returncode == 0, result.stderr[-3000:]  # it used to fail after the run
         assert "W&B cannot write" in result.stdout + result.stderr
         assert json.loads((folder / "status.json").read_text())["status"] == "completed"
         # eval.py with a read-only out_dir
         result = subprocess.run(
             [sys.executable, str(REPO / "eval.py"), f"run={folder}", f"out_dir={ro / 'eval'}"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert f"cannot write {ro / 'eval'}" in one_error_line(result)
         assert time.time() - started < 240
     finally:
@@ -268,8 +336,12 @@ def eval_py(args: list[str], cwd: Path, file_size_limit: int | None = None):
 
     return subprocess.run(
         [sys.executable, str(REPO / "eval.py"), *args, "wandb=false"],
-        cwd=cwd, capture_output=True, text=True, timeout=300, preexec_fn=limit,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -300,18 +372,33 @@ def test_train_py_multirun_each_job_its_own_offline_wandb_run(corpus, tmp_path):
     env_clean = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE",)}
     sweep = tmp_path / "sweep"
     result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "-m", "pos=rope,alibi", f"data.path={corpus}",
-         *[o for o in TINY if not o.startswith("logger=")], "logger=wandb",
-         "trainer.max_steps=10", "eval.factors=[1,2]", "eval.modes=[nonoverlapping]",
-         f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**env_clean, **env},
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "-m",
+            "pos=rope,alibi",
+            f"data.path={corpus}",
+            *[o for o in TINY if not o.startswith("logger=")],
+            "logger=wandb",
+            "trainer.max_steps=10",
+            "eval.factors=[1,2]",
+            "eval.modes=[nonoverlapping]",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env_clean, **env},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted(sweep.glob("*/wandb/offline-run-*"))
     assert [r.parts[-3].split("_")[1] for r in runs] == ["rope-tiny-L16", "alibi-tiny-L16"]
     assert len({r.name.rsplit("-", 1)[1] for r in runs}) == 2  # distinct run ids
-    assert all((sweep / j / "checkpoints" / "best.ckpt").is_file() for j in
-               ("0_rope-tiny-L16", "1_alibi-tiny-L16"))  # fmt: skip
+    assert all(
+        (sweep / j / "checkpoints" / "best.ckpt").is_file()
+        for j in ("0_rope-tiny-L16", "1_alibi-tiny-L16")
+    )
     table = (sweep / "comparison" / "comparison.md").read_text()
     assert "| rope |" in table and "| alibi |" in table
 
@@ -366,9 +453,14 @@ def test_two_processes_on_a_fresh_cache_build_it_once(tmp_path):
 def run_ranks(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """Run train.py in its own process group, so a timeout also ends the ranks it started."""
     proc = subprocess.Popen(
-        [sys.executable, *args], cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -384,12 +476,24 @@ def test_ddp_on_two_cpu_processes_splits_the_data_and_agrees_on_the_weights(corp
     if sys.platform == "linux":
         env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
     result = run_ranks(
-        [str(REPO / "train.py"), "pos=alibi", f"data.path={corpus}", *TINY, "trainer=ddp",
-         "trainer.accelerator=cpu", "trainer.devices=2", "train.max_tokens=4096",
-         "eval.factors=[1,2]", "eval.modes=[nonoverlapping]", "eval.max_tokens=500",
-         "++train.fingerprints=true", f"hydra.run.dir={run}"],
-        tmp_path, env,
-    )  # fmt: skip
+        [
+            str(REPO / "train.py"),
+            "pos=alibi",
+            f"data.path={corpus}",
+            *TINY,
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "train.max_tokens=4096",
+            "eval.factors=[1,2]",
+            "eval.modes=[nonoverlapping]",
+            "eval.max_tokens=500",
+            "++train.fingerprints=true",
+            f"hydra.run.dir={run}",
+        ],
+        tmp_path,
+        env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [json.loads((run / "fingerprints" / f"rank{k}.json").read_text()) for k in (0, 1)]
 
@@ -421,11 +525,19 @@ def test_ddp_on_two_cpu_processes_splits_the_data_and_agrees_on_the_weights(corp
 def test_acceptance_command_on_wikitext2(scheme, tmp_path):
     """Issue #2's acceptance run on the real corpus (about a minute per scheme on 2 cores)."""
     result = run_cli(
-        [str(REPO / "train.py"), f"pos={scheme}", f"data.path={WIKITEXT2}", "model=tiny",
-         "data.seq_len=64", "trainer.max_steps=60", "logger=csv", "eval.after_train=false",
-         f"hydra.run.dir={tmp_path}"],
+        [
+            str(REPO / "train.py"),
+            f"pos={scheme}",
+            f"data.path={WIKITEXT2}",
+            "model=tiny",
+            "data.seq_len=64",
+            "trainer.max_steps=60",
+            "logger=csv",
+            "eval.after_train=false",
+            f"hydra.run.dir={tmp_path}",
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "checkpoints" / "best.ckpt").is_file()
     val = [float(r["val/loss"]) for r in metrics_csv(tmp_path) if r.get("val/loss")]

@@ -34,8 +34,14 @@ def uninterrupted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> flo
     """The final validation loss of the run the interrupted ones must reproduce."""
     folder = tmp_path_factory.mktemp("full") / "run"
     env = wandb_env(folder.parent)
-    result = subprocess.run(train_cmd(corpus, folder, "logger=wandb"), cwd=folder.parent,
-                            env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        train_cmd(corpus, folder, "logger=wandb"),
+        cwd=folder.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return final_val_loss(folder)
 
@@ -54,8 +60,9 @@ def test_sigkilled_run_resumes_to_the_same_loss(corpus, tmp_path, uninterrupted)
     assert 0 < step < 60  # it really stopped part-way
     assert json.loads((folder / "status.json").read_text())["status"] == "running"
 
-    resumed = subprocess.run([*cmd, "resume=auto"], cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
+    resumed = subprocess.run(
+        [*cmd, "resume=auto"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert final_val_loss(folder) == pytest.approx(uninterrupted, rel=1e-4)
     ids = wandb_run_ids(folder)
@@ -98,8 +105,13 @@ def test_sigint_twice_stops_at_once_and_still_says_how_to_resume(corpus, tmp_pat
     assert last_line.startswith("stopped by SIGINT at step ")
     assert last_line.endswith(f"resume with: python train.py resume={folder}")
     assert status_of(folder)["status"] == "interrupted"
-    resumed = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={folder}"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), f"resume={folder}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert final_val_loss(folder) == pytest.approx(uninterrupted, rel=1e-4)
 
@@ -110,8 +122,15 @@ def test_sigterm_in_the_evaluation_after_training_resumes_the_evaluation(corpus,
     `evaluation`; the printed command runs the evaluation alone and keeps the run's metrics."""
     folder = tmp_path / "run"
     # a slow evaluation (a window per token), so the signal lands inside it
-    cmd = train_cmd(corpus, folder, "logger=csv", "trainer.max_steps=20", "eval.after_train=true",
-                    "eval.modes=[sliding]", "eval.stride=1")  # fmt: skip
+    cmd = train_cmd(
+        corpus,
+        folder,
+        "logger=csv",
+        "trainer.max_steps=20",
+        "eval.after_train=true",
+        "eval.modes=[sliding]",
+        "eval.stride=1",
+    )
     proc = start_and_wait_for_checkpoint(
         cmd, folder, until=lambda: status_of(folder).get("phase") == "evaluation"
     )
@@ -124,8 +143,13 @@ def test_sigterm_in_the_evaluation_after_training_resumes_the_evaluation(corpus,
     assert not (folder / "extrapolation" / "extrapolation.json").exists()
     val_loss = status["val_loss"]  # recorded when training finished
 
-    resumed = subprocess.run([sys.executable, str(REPO / "train.py"), f"resume={folder}"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), f"resume={folder}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     status = status_of(folder)
     assert status["status"] == "completed" and status["step"] == 20
@@ -136,8 +160,16 @@ def test_sigterm_in_the_evaluation_after_training_resumes_the_evaluation(corpus,
 @pytest.mark.slow
 def test_sigterm_to_a_sweep_names_the_jobs_that_did_not_run_and_resumes_them(corpus, tmp_path):
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, str(REPO / "train.py"), "-m", "pos=rope,alibi,nope",
-           f"data.path={corpus}", *RESUMABLE, "logger=csv", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        "pos=rope,alibi,nope",
+        f"data.path={corpus}",
+        *RESUMABLE,
+        "logger=csv",
+        f"hydra.sweep.dir={sweep}",
+    ]
     first = sweep / "0_rope-tiny-L16"
     proc = start_and_wait_for_checkpoint(cmd, first, cwd=tmp_path)
     lines = stop_with(proc, signal.SIGTERM)
@@ -149,8 +181,9 @@ def test_sigterm_to_a_sweep_names_the_jobs_that_did_not_run_and_resumes_them(cor
 
     args = shlex.split(command)
     assert args[0] == "python"
-    resumed = subprocess.run([sys.executable, *args[1:]], cwd=tmp_path, capture_output=True,
-                             text=True, timeout=600)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, *args[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for job in ("0_rope-tiny-L16", "1_alibi-tiny-L16", "2_nope-tiny-L16"):
         assert status_of(sweep / job)["status"] == "completed", job
@@ -160,9 +193,16 @@ def test_sigterm_to_a_sweep_names_the_jobs_that_did_not_run_and_resumes_them(cor
 @pytest.mark.slow
 def test_sigterm_to_eval_py_writes_no_results_and_says_what_to_run(trained_runs, tmp_path):
     out = tmp_path / "eval"
-    cmd = [sys.executable, str(REPO / "eval.py"), f"run={trained_runs['rope'][0]}",
-           f"out_dir={out}", "eval.modes=[sliding]", "eval.stride=1", "eval.factors=[1,2,4,8]",
-           "eval.max_tokens=null"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(REPO / "eval.py"),
+        f"run={trained_runs['rope'][0]}",
+        f"out_dir={out}",
+        "eval.modes=[sliding]",
+        "eval.stride=1",
+        "eval.factors=[1,2,4,8]",
+        "eval.max_tokens=null",
+    ]
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -1,4 +1,4 @@
-"""Results of an evaluation on disk (evaluation/report.py, evaluation/run.py): written all or
+"""Results of an evaluation on disk (evaluation/files.py, evaluation/run.py): written all or
 none (a full disk keeps the previous set), and a re-evaluation never replacing the
 after-training table."""
 
@@ -14,8 +14,13 @@ import pytest
 from conftest import file_size_limit
 
 from poslab.errors import ConfigError
-from poslab.evaluation.files import report_rows, results_folder
-from poslab.evaluation.report import temporary_path, write_all_or_none, write_reports
+from poslab.evaluation.files import (
+    report_rows,
+    results_folder,
+    temporary_path,
+    write_all_or_none,
+    write_reports,
+)
 
 
 def contents(folder: Path) -> dict[str, bytes]:

@@ -151,10 +151,18 @@ def test_bad_task_options_are_config_errors(build, message):
 
 
 TASK_TINY = [
-    "model=tiny", "data.seq_len=32", "data.batch_size=16", "trainer.max_steps=30",
-    "trainer.val_check_interval=15", "trainer.enable_progress_bar=false", "optim.lr=3e-3",
-    "optim.warmup_steps=5", "data.val_examples=32", "eval.factors=[1,2]", "eval.task_examples=6",
-]  # fmt: skip
+    "model=tiny",
+    "data.seq_len=32",
+    "data.batch_size=16",
+    "trainer.max_steps=30",
+    "trainer.val_check_interval=15",
+    "trainer.enable_progress_bar=false",
+    "optim.lr=3e-3",
+    "optim.warmup_steps=5",
+    "data.val_examples=32",
+    "eval.factors=[1,2]",
+    "eval.task_examples=6",
+]
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -186,8 +194,17 @@ def test_task_runs_of_two_seeds_merge_into_mean_and_sd_with_a_heatmap(tmp_path):
     runs = []
     for seed in (1, 2):
         out = tmp_path / f"{seed}_alibi"
-        cfg = compose_train(["data=passkey", "pos=alibi", *TASK_TINY, "logger=none",
-                             f"seed={seed}", "trainer.max_steps=10"], out)  # fmt: skip
+        cfg = compose_train(
+            [
+                "data=passkey",
+                "pos=alibi",
+                *TASK_TINY,
+                "logger=none",
+                f"seed={seed}",
+                "trainer.max_steps=10",
+            ],
+            out,
+        )
         run_training(cfg)
         # what `python train.py` leaves beside the run (compare reads the options from it)
         (out / ".hydra").mkdir()
@@ -211,8 +228,9 @@ def test_task_runs_of_two_seeds_merge_into_mean_and_sd_with_a_heatmap(tmp_path):
         (["data=assoc_recall", "data.task.queries=20"], "keys ≥ pairs ≥ queries"),
     ],
 )
-def test_bad_task_input_on_the_command_line_is_one_line(overrides, message, tmp_path,
-                                                       monkeypatch, capfd):  # fmt: skip
+def test_bad_task_input_on_the_command_line_is_one_line(
+    overrides, message, tmp_path, monkeypatch, capfd
+):
     out = tmp_path / "run"
     args = [*overrides, "model=tiny", "logger=none", f"hydra.run.dir={out}"]
     result = run_in_process("train", args, tmp_path, monkeypatch, capfd)
@@ -242,8 +260,9 @@ def test_grid_cells_copy_the_row_above_shifted_and_positions_are_row_column():
                 if inside:
                     assert grid[r, c] == grid[r - 1, c - shift]
         assert ex.positions[0].tolist() == [0, 0]
-        assert ex.positions[1 : s * s + 1].tolist() == [[r + 1, c + 1] for r in range(s)
-                                                        for c in range(s)]  # fmt: skip
+        assert ex.positions[1 : s * s + 1].tolist() == [
+            [r + 1, c + 1] for r in range(s) for c in range(s)
+        ]
         assert (ex.positions[s * s + 1 :] == 0).all()  # padding: no position past the grid
     assert task.max_position(256) == 16
 
@@ -273,8 +292,10 @@ def test_a_scheme_with_other_position_axes_than_the_data_is_one_line(tmp_path):
     from poslab.validate import check_run_config
 
     cfg = compose_train(["data=grid", "pos=mrope", "pos.axes=3", "model=tiny"], tmp_path)
-    with pytest.raises(ConfigError, match="pos=mrope takes 3 position axes but data=grid gives "
-                       "2 per token; set pos.axes=2"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match="pos=mrope takes 3 position axes but data=grid gives 2 per token; set pos.axes=2",
+    ):
         check_run_config(cfg)
 
 
@@ -316,8 +337,18 @@ def test_training_on_images_evaluates_larger_grids(tmp_path):
 
     folder = make_images(tmp_path / "imgs")
     out = tmp_path / "run"
-    cfg = compose_train(["data=image", f"data.task.path={folder}", "pos=rope2d", *TASK_TINY,
-                         "data.seq_len=36", "logger=none", "eval.factors=[1,4]"], out)  # fmt: skip
+    cfg = compose_train(
+        [
+            "data=image",
+            f"data.task.path={folder}",
+            "pos=rope2d",
+            *TASK_TINY,
+            "data.seq_len=36",
+            "logger=none",
+            "eval.factors=[1,4]",
+        ],
+        out,
+    )
     metrics = run_training(cfg)
     assert metrics["best_val_loss"] < metrics["val/loss_initial"]
     rows = json.loads((out / "extrapolation" / "extrapolation.json").read_text())
@@ -333,8 +364,18 @@ def test_training_on_images_evaluates_larger_grids(tmp_path):
     ],
 )
 def test_bad_image_input_is_one_line(overrides, message, tmp_path, monkeypatch, capfd):
-    result = run_in_process("train", [*overrides, "pos=rope2d", "model=tiny", "logger=none",
-                                      f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, monkeypatch,
-                            capfd)  # fmt: skip
+    result = run_in_process(
+        "train",
+        [
+            *overrides,
+            "pos=rope2d",
+            "model=tiny",
+            "logger=none",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        tmp_path,
+        monkeypatch,
+        capfd,
+    )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]

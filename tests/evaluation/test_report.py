@@ -14,29 +14,35 @@ from conftest import run_in_process
 
 from poslab.errors import ConfigError
 from poslab.evaluation.compare import compare, shape_checks
-from poslab.evaluation.report import (
-    log_binned,
-    markdown,
-    markdown_table,
-    position_figure,
-    ppl_figure,
-    write_reports,
-)
+from poslab.evaluation.figures import log_binned, position_figure, ppl_figure
+from poslab.evaluation.files import write_reports
+from poslab.evaluation.tables import markdown, markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAN, INF = float("nan"), float("inf")
 
 
 def row(scheme, length, ppl, status="ok", train_length=64, mode="nonoverlapping", **extra):
     loss = math.log(ppl) if math.isfinite(ppl) and ppl > 0 else ppl
     return {
-        "scheme": scheme, "train_length": train_length, "mode": mode, "split": "validation",
-        "length": length, "factor": length / train_length, "word_level": True,
-        "position_offset": 0, "status": status, "tokens": 1000, "loss": loss, "ppl": ppl,
-        "word_ppl": ppl, "tokens_per_s": 1e4, "seconds": 0.1,
+        "scheme": scheme,
+        "train_length": train_length,
+        "mode": mode,
+        "split": "validation",
+        "length": length,
+        "factor": length / train_length,
+        "word_level": True,
+        "position_offset": 0,
+        "status": status,
+        "tokens": 1000,
+        "loss": loss,
+        "ppl": ppl,
+        "word_ppl": ppl,
+        "tokens_per_s": 1e4,
+        "seconds": 0.1,
         "loss_by_position": [[p, loss, 10] for p in range(0, length, max(1, length // 8))],
         **extra,
-    }  # fmt: skip
+    }
 
 
 def curve(scheme, ppls, **kw):
@@ -175,9 +181,18 @@ def shape_rows(ratios, ppl1=100.0, vocab_size=None):
     out = []
     for scheme, r in ratios.items():
         for factor, ppl in ((1.0, ppl1), (8.0, ppl1 * r)):
-            out.append({"scheme": scheme, "mode": "nonoverlapping", "factor": factor,
-                        "length": int(64 * factor), "ppl": ppl, "loss": math.log(ppl),
-                        "status": "ok", "vocab_size": vocab_size})  # fmt: skip
+            out.append(
+                {
+                    "scheme": scheme,
+                    "mode": "nonoverlapping",
+                    "factor": factor,
+                    "length": int(64 * factor),
+                    "ppl": ppl,
+                    "loss": math.log(ppl),
+                    "status": "ok",
+                    "vocab_size": vocab_size,
+                }
+            )
     return out
 
 
@@ -293,8 +308,9 @@ def test_runs_of_one_scheme_are_labelled_by_the_options_they_differ_in(tmp_path)
         (run / ".hydra" / "config.yaml").write_text(config)
         path = run / "extrapolation" / "extrapolation.json"
         path.parent.mkdir()
-        path.write_text(json.dumps([{"scheme": "rope", "mode": "nonoverlapping", "length": 16,
-                                     "status": "ok"}]))  # fmt: skip
+        path.write_text(
+            json.dumps([{"scheme": "rope", "mode": "nonoverlapping", "length": 16, "status": "ok"}])
+        )
         paths.append(path)
     labels = [r["scheme"] for r in label_rows(paths)]
     assert labels == ["rope [pos.base=100]", "rope [pos.base=10000]"]
@@ -384,13 +400,19 @@ def test_shape_checks_use_the_seed_means_and_say_when_a_margin_is_within_the_spr
 
 
 def test_runs_that_differ_in_any_setting_besides_the_seed_are_not_merged(tmp_path):
-    runs = [(1, "elu1", [10.0, 11.0]), (2, "elu1", [12.0, 13.0]), (3, "relu", [50.0, 51.0]),
-            (4, "relu", [52.0, 53.0])]  # fmt: skip
+    runs = [
+        (1, "elu1", [10.0, 11.0]),
+        (2, "elu1", [12.0, 13.0]),
+        (3, "relu", [50.0, 51.0]),
+        (4, "relu", [52.0, 53.0]),
+    ]
     for seed, feature_map, ppls in runs:
         run = write_seeded_run(tmp_path / f"{seed}_rope", curve("rope", ppls), seed)
         config = run / ".hydra" / "config.yaml"
-        config.write_text(config.read_text() + f"attention:\n  feature_map: {feature_map}\n"
-                          f"run_name: rope-{seed}\n")  # fmt: skip
+        config.write_text(
+            config.read_text() + f"attention:\n  feature_map: {feature_map}\n"
+            f"run_name: rope-{seed}\n"
+        )
     rows = compare([tmp_path], tmp_path / "out")
     merged = {r["scheme"]: r for r in rows if r["length"] == 64}
     assert set(merged) == {"rope [attention.feature_map=elu1]", "rope [attention.feature_map=relu]"}
@@ -402,8 +424,11 @@ def test_a_run_made_before_an_option_existed_merges_only_with_that_options_old_v
     # seed 1 predates pos.position_dtype and eval.rope_scaling (it ran in fp32, unscaled);
     # seed 2 names both old values, seed 3 names bf16
     scaling = "eval:\n  rope_scaling:\n    kind: none\n    factor: auto\n    beta_fast: 32\n"
-    for seed, dtype, ppls in [(1, None, [10.0, 11.0]), (2, "fp32", [12.0, 13.0]),
-                              (3, "bf16", [50.0, 51.0])]:  # fmt: skip
+    for seed, dtype, ppls in [
+        (1, None, [10.0, 11.0]),
+        (2, "fp32", [12.0, 13.0]),
+        (3, "bf16", [50.0, 51.0]),
+    ]:
         run = write_seeded_run(tmp_path / f"{seed}_alibi", curve("alibi", ppls), seed)
         if dtype is not None:
             config = run / ".hydra" / "config.yaml"

@@ -52,8 +52,9 @@ def test_second_load_uses_the_cache(corpus, tmp_path):
     assert again.folder == cache.folder and again.complete
     np.testing.assert_array_equal(again.split("train").ids, cache.split("train").ids)
     assert {p: p.stat().st_mtime_ns for p in again.folder.iterdir()} == stamp
-    other = TokenCache("toy", path=str(corpus), tokenizer="bpe", vocab_size=300,
-                       cache_dir=str(tmp_path))  # fmt: skip
+    other = TokenCache(
+        "toy", path=str(corpus), tokenizer="bpe", vocab_size=300, cache_dir=str(tmp_path)
+    )
     assert other.folder != cache.folder  # keyed by tokenizer settings
 
 
@@ -67,8 +68,9 @@ def test_incomplete_cache_is_rebuilt(corpus, tmp_path):
 
 
 def test_bpe_tokenizer_keeps_exact_word_and_byte_counts(corpus, tmp_path):
-    cache = TokenCache("toy", path=str(corpus), tokenizer="bpe", vocab_size=300,
-                       cache_dir=str(tmp_path))  # fmt: skip
+    cache = TokenCache(
+        "toy", path=str(corpus), tokenizer="bpe", vocab_size=300, cache_dir=str(tmp_path)
+    )
     meta = cache.meta()
     words, nbytes = corpus_counts(corpus / "valid.txt")
     assert meta["splits"]["validation"]["words"] == words
@@ -84,8 +86,11 @@ def test_official_wikitext_file_names_are_accepted(tmp_path):
     src = make_corpus(tmp_path / "a", n_train=5, n_valid=3)
     dst = tmp_path / "b"
     dst.mkdir()
-    for ours, official in (("train.txt", "wiki.train.tokens"), ("valid.txt", "wiki.valid.tokens"),
-                           ("test.txt", "wiki.test.tokens")):  # fmt: skip
+    for ours, official in (
+        ("train.txt", "wiki.train.tokens"),
+        ("valid.txt", "wiki.valid.tokens"),
+        ("test.txt", "wiki.test.tokens"),
+    ):
         (dst / official).write_bytes((src / ours).read_bytes())
     files = local_split_files(dst)
     assert sorted(files) == ["test", "train", "validation"]
@@ -172,8 +177,9 @@ def test_split_with_only_blank_lines_is_one_clear_error(blank, corpus, tmp_path)
     valid = data / "valid.txt"
     valid.write_text(blank, encoding="utf-8")
     with pytest.raises(ConfigError) as err:
-        TokenCache("blank", path=str(data), tokenizer="bpe", vocab_size=300,
-                   cache_dir=str(tmp_path)).meta()  # fmt: skip
+        TokenCache(
+            "blank", path=str(data), tokenizer="bpe", vocab_size=300, cache_dir=str(tmp_path)
+        ).meta()
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith(f"data.path={data}: the validation file {valid} has no words")
@@ -219,8 +225,10 @@ def test_cache_is_rebuilt_when_a_file_changes_with_size_and_mtime_kept(corpus, t
     assert again.folder == cache.folder and again.complete  # same key: size and mtime agree
     with caplog.at_level(logging.INFO, logger="poslab.data"):
         new_meta = again.meta()
-    assert f"rebuilding the token cache {again.folder}: the content of {valid.resolve()} " \
-        "changed" in caplog.text  # fmt: skip
+    assert (
+        f"rebuilding the token cache {again.folder}: the content of {valid.resolve()} "
+        "changed" in caplog.text
+    )
     assert "tokenizing" in caplog.text
     assert new_meta["inputs"]["files"]["validation"]["sha256"] == file_sha256(valid)
     # the new text is what was tokenized (not the old one, from `datasets`' own cache)

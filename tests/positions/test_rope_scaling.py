@@ -7,8 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import train_in_process
-from test_eval import eval_cfg
+from conftest import eval_cfg, train_in_process
 
 from poslab.errors import ConfigError
 from poslab.evaluation.run import evaluate_checkpoint
@@ -22,8 +21,9 @@ LAYOUTS = [("interleaved", 1.0), ("half", 1.0), ("interleaved", 0.5), ("half", 0
 
 def rope(pairing: str = "interleaved", fraction: float = 1.0, **scaling) -> torch.nn.Module:
     options = {"kind": "none", "train_length": 64, **scaling} if scaling else None
-    return build_scheme("rope", D_MODEL, N_HEAD, pairing=pairing, fraction=fraction,
-                        scaling=options)  # fmt: skip
+    return build_scheme(
+        "rope", D_MODEL, N_HEAD, pairing=pairing, fraction=fraction, scaling=options
+    )
 
 
 def qk(length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,8 +51,9 @@ def test_ntk_and_yarn_frequencies_match_hand_computed_values():
     assert theta.tolist() == pytest.approx([1, 0.1, 0.01, 0.001], rel=1e-6)
     ntk = RopeScaling("ntk", 4.0, 512).theta(theta, 8, 2048)
     alpha = 4 ** (8 / 6)  # base' = base·s^(R/(R−2))
-    assert ntk.tolist() == pytest.approx([1, 0.1 / alpha**0.25, 0.01 / alpha**0.5,
-                                          0.001 / alpha**0.75], rel=1e-5)  # fmt: skip
+    assert ntk.tolist() == pytest.approx(
+        [1, 0.1 / alpha**0.25, 0.01 / alpha**0.5, 0.001 / alpha**0.75], rel=1e-5
+    )
     # YaRN at L = 512: r_i = 512·θ_i/2π = 81.5, 8.15, 0.815, 0.0815 turns; α = 1, β = 32
     yarn = RopeScaling("yarn", 4.0, 512).theta(theta, 8, 2048)
     gamma = (512 * 0.1 / (2 * math.pi) - 1) / 31
@@ -79,8 +80,9 @@ def test_pi_equals_positions_divided_by_s(pairing, fraction):
     q, k = qk(256)
     scaled = rope(pairing, fraction, kind="pi", factor=4.0)
     plain = rope(pairing, fraction)
-    assert torch.allclose(scores(scaled, positions, q, k), scores(plain, positions / 4, q, k),
-                          atol=1e-5)  # fmt: skip
+    assert torch.allclose(
+        scores(scaled, positions, q, k), scores(plain, positions / 4, q, k), atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("pairing,fraction", LAYOUTS)
@@ -92,10 +94,12 @@ def test_ntk_kinds_change_only_the_base(kind, pairing, fraction):
     rotary_dims = scaled.rotary_dims
     power = rotary_dims / (rotary_dims - 2)
     alpha = 4.0**power if kind == "ntk" else (4 * 256 / 64 - 3) ** power
-    plain = build_scheme("rope", D_MODEL, N_HEAD, pairing=pairing, fraction=fraction,
-                         base=10000.0 * alpha)  # fmt: skip
-    assert torch.allclose(scores(scaled, positions, q, k), scores(plain, positions, q, k),
-                          atol=1e-4)  # fmt: skip
+    plain = build_scheme(
+        "rope", D_MODEL, N_HEAD, pairing=pairing, fraction=fraction, base=10000.0 * alpha
+    )
+    assert torch.allclose(
+        scores(scaled, positions, q, k), scores(plain, positions, q, k), atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("pairing,fraction", LAYOUTS)
@@ -205,8 +209,10 @@ def test_bad_scaling_options_are_one_line_errors():
         build_scheme("xpos", D_MODEL, N_HEAD, scaling={"kind": "rerope", "train_length": 64})
 
 
-@pytest.mark.parametrize("scaling", [{"kind": "dynamic_ntk", "factor": 2.0}, {"logn": True},
-                                     {"kind": "rerope", "window": 16}])  # fmt: skip
+@pytest.mark.parametrize(
+    "scaling",
+    [{"kind": "dynamic_ntk", "factor": 2.0}, {"logn": True}, {"kind": "rerope", "window": 16}],
+)
 def test_scaled_rotary_stays_relative_under_a_position_offset(scaling):
     scheme = rope(**scaling)
     positions = torch.arange(256)
@@ -233,8 +239,9 @@ def test_eval_overrides_keep_what_acts_at_1x_and_apply_a_fixed_factor():
         given = next(k for k in scaling if k != "kind")
         with pytest.raises(ConfigError, match=f"eval.rope_scaling.{given} is not an option"):
             eval_overrides(eval_cfg(rope_scaling=scaling), rotary, 128, 64)
-    two_dims = build_scheme("rope", 8, 1, fraction=0.25,
-                            scaling={"kind": "ntk", "factor": 2.0, "train_length": 4})  # fmt: skip
+    two_dims = build_scheme(
+        "rope", 8, 1, fraction=0.25, scaling={"kind": "ntk", "factor": 2.0, "train_length": 4}
+    )
     with pytest.raises(ConfigError, match="undefined for R = 2"):
         two_dims.prepare(torch.arange(8))
 
@@ -242,9 +249,13 @@ def test_eval_overrides_keep_what_acts_at_1x_and_apply_a_fixed_factor():
 # ---- end to end: eval.py's path on a trained rope checkpoint ----------------------------------
 
 KINDS = [
-    {"kind": "pi"}, {"kind": "ntk"}, {"kind": "dynamic_ntk"}, {"kind": "yarn"},
-    {"kind": "rerope"}, {"kind": "rerope", "leaky": 4.0},
-]  # fmt: skip
+    {"kind": "pi"},
+    {"kind": "ntk"},
+    {"kind": "dynamic_ntk"},
+    {"kind": "yarn"},
+    {"kind": "rerope"},
+    {"kind": "rerope", "leaky": 4.0},
+]
 
 
 @pytest.fixture(scope="module")
@@ -253,8 +264,10 @@ def rope_checkpoints(trained_runs, corpus, tmp_path_factory) -> dict[str, object
     half = tmp_path_factory.mktemp("half") / "run"
     train_in_process("rope", corpus, half, ["pos.pairing=half"])
     interleaved = trained_runs["rope"][0]
-    return {p: r / "checkpoints" / "best.ckpt" for p, r in [("interleaved", interleaved),
-                                                             ("half", half)]}  # fmt: skip
+    return {
+        p: r / "checkpoints" / "best.ckpt"
+        for p, r in [("interleaved", interleaved), ("half", half)]
+    }
 
 
 @pytest.mark.parametrize("pairing", ["interleaved", "half"])

@@ -16,8 +16,9 @@ D_MODEL, N_HEAD = 64, 2  # head_dim 32: 16 rotary pairs
 
 def qk(seq_len: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(2, N_HEAD, seq_len, D_MODEL // N_HEAD, generator=gen)
-                 for _ in range(2))  # fmt: skip
+    return tuple(
+        torch.randn(2, N_HEAD, seq_len, D_MODEL // N_HEAD, generator=gen) for _ in range(2)
+    )
 
 
 @pytest.mark.parametrize("pairing", ["interleaved", "half"])
@@ -34,8 +35,9 @@ def test_mrope_with_equal_ids_on_every_axis_is_1d_rope_bit_for_bit(pairing, frac
     got = mrope.rotate(q, k, positions[:, None].expand(40, 3))
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     # the model's text positions are exactly that
-    assert torch.equal(mrope.positions(2, 40, torch.device("cpu")), torch.arange(40)[:, None]
-                       .expand(40, 3))  # fmt: skip
+    assert torch.equal(
+        mrope.positions(2, 40, torch.device("cpu")), torch.arange(40)[:, None].expand(40, 3)
+    )
 
 
 def scores(scheme, positions, q, k):

@@ -1,4 +1,4 @@
-"""The analysis plots (poslab/analysis.py, scripts/analysis.py): RoPE's decay bound and
+"""The analysis plots (poslab/analysis/, scripts/analysis.py): RoPE's decay bound and
 wavelengths against their definitions, sinusoidal similarity against the scheme's own vectors,
 and the attention statistics of tiny models (built, not trained), also read back from a real
 checkpoint file on a real token cache."""
@@ -178,8 +178,13 @@ def test_uniform_attention_gives_the_closed_form():
 def write_checkpoint(path, pos: str, corpus, cache_dir) -> None:
     """A checkpoint as training writes it (the run config, the vocabulary size, `model.`
     weights), of a tiny built model whose vocabulary is the token cache's."""
-    data = {"name": "toy", "path": str(corpus), "tokenizer": "word", "seq_len": TRAIN_LENGTH,
-            "cache_dir": str(cache_dir)}  # fmt: skip
+    data = {
+        "name": "toy",
+        "path": str(corpus),
+        "tokenizer": "word",
+        "seq_len": TRAIN_LENGTH,
+        "cache_dir": str(cache_dir),
+    }
     vocab = TokenCache.from_config(data).meta()["vocab_size"]
     model = tiny_model(pos, vocab)
     config = tiny_config(pos, data)
@@ -195,8 +200,18 @@ def test_attention_of_checkpoints_writes_rows_and_a_figure(corpus, tmp_path, cap
     write_checkpoint(tmp_path / "run" / "checkpoints" / "best.ckpt", "rope", corpus, cache)
     write_checkpoint(tmp_path / "learned.ckpt", "learned", corpus, cache)
     out = tmp_path / "out"
-    main(["attention", str(tmp_path / "rope.ckpt"), str(tmp_path / "run"),
-          str(tmp_path / "learned.ckpt"), "--out", str(out), "--windows", "2"])  # fmt: skip
+    main(
+        [
+            "attention",
+            str(tmp_path / "rope.ckpt"),
+            str(tmp_path / "run"),
+            str(tmp_path / "learned.ckpt"),
+            "--out",
+            str(out),
+            "--windows",
+            "2",
+        ]
+    )
     captured = capsys.readouterr()
     assert "skipped" in captured.err and "beyond the table" in captured.err  # learned at 4×
     with (out / "attention.csv").open() as f:
@@ -216,14 +231,38 @@ def test_attention_of_checkpoints_writes_rows_and_a_figure(corpus, tmp_path, cap
 
 def test_all_writes_three_figures_and_tables(tmp_path):
     out = tmp_path / "out"
-    main(["all", "--out", str(out), "--head-dims", "16", "--bases", "10000",
-          "--max-distance", "1024", "--sin-distance", "256", "--d-models", "32"])  # fmt: skip
+    main(
+        [
+            "all",
+            "--out",
+            str(out),
+            "--head-dims",
+            "16",
+            "--bases",
+            "10000",
+            "--max-distance",
+            "1024",
+            "--sin-distance",
+            "256",
+            "--d-models",
+            "32",
+        ]
+    )
     columns = {
         "decay": ["distance", "base", "head_dim", "bound"],
-        "wavelength": ["base", "head_dim", "i", "theta", "wavelength", "train_length", "ratio",
-                       "full_period", "yarn_gamma"],
+        "wavelength": [
+            "base",
+            "head_dim",
+            "i",
+            "theta",
+            "wavelength",
+            "train_length",
+            "ratio",
+            "full_period",
+            "yarn_gamma",
+        ],
         "sinusoidal": ["distance", "d_model", "base", "similarity"],
-    }  # fmt: skip
+    }
     for name, header in columns.items():
         assert (out / f"{name}.png").stat().st_size > 0
         with (out / f"{name}.csv").open() as f:

@@ -1,0 +1,37 @@
+"""evaluation/compare.py: runs merged into one table, the shape checks of the papers' claims."""
+
+from __future__ import annotations
+
+from poslab.evaluation.compare import compare, shape_checks
+
+
+def test_compare_merges_runs_into_one_table(trained_runs, tmp_path):
+    rows = compare([run for run, _ in trained_runs.values()], tmp_path)
+    table = (tmp_path / "comparison.md").read_text()
+    for scheme in trained_runs:
+        assert f"| {scheme} |" in table
+    assert {r["scheme"] for r in rows} == set(trained_runs)
+    assert (tmp_path / "comparison_ppl.png").stat().st_size > 0
+    assert (tmp_path / "comparison_loss_by_position.png").stat().st_size > 0
+
+
+def test_shape_checks_follow_the_paper():
+    def rows(ratios):
+        out = []
+        for scheme, r in ratios.items():
+            for factor, ppl in ((1.0, 100.0), (8.0, 100.0 * r)):
+                out.append(
+                    {
+                        "scheme": scheme,
+                        "mode": "nonoverlapping",
+                        "factor": factor,
+                        "ppl": ppl,
+                        "status": "ok",
+                    }
+                )
+        return out
+
+    good = shape_checks(rows({"sinusoidal": 5.0, "rope": 1.5, "alibi": 0.97, "t5": 1.1}))
+    assert len(good) == 4 and all(line.startswith("- [x]") for line in good)
+    bad = shape_checks(rows({"sinusoidal": 2.0, "rope": 1.01, "alibi": 1.2, "t5": 1.5}))
+    assert all(line.startswith("- [ ]") for line in bad)

@@ -1,0 +1,157 @@
+"""evaluation/run.py: evaluate_checkpoint on the tiny trained runs: its files, the position
+offset, a table's end, strides, bf16 against fp32, eval.max_tokens; eval.py's table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SCHEMES, eval_cfg, run_in_process
+
+import poslab.evaluation.run
+from poslab.errors import ConfigError
+from poslab.evaluation.run import evaluate_checkpoint, scored_token_cap
+from poslab.positions import scheme_class
+
+
+def test_evaluate_checkpoint_writes_every_output(trained_runs, tmp_path):
+    run, _ = trained_runs["alibi"]
+    cfg = eval_cfg(factors=[1, 2, 16], modes=["nonoverlapping", "sliding"])
+    rows = evaluate_checkpoint(run / "checkpoints" / "best.ckpt", cfg, out_dir=tmp_path)
+    out = tmp_path / "extrapolation"
+    for name in (
+        "extrapolation.json",
+        "extrapolation.csv",
+        "extrapolation.md",
+        "extrapolation_ppl.png",
+        "extrapolation_loss_by_position.png",
+    ):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "extrapolation_ppl.png").read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((out / "extrapolation.json").read_text())
+    assert [(r["mode"], r["length"]) for r in saved] == [
+        ("nonoverlapping", 16),
+        ("nonoverlapping", 32),
+        ("nonoverlapping", 256),
+        ("sliding", 16),
+        ("sliding", 32),
+        ("sliding", 256),
+    ]
+    assert all(r["status"] == "ok" and r["ppl"] > 1 for r in rows)
+    assert saved[0]["word_ppl"] == pytest.approx(saved[0]["ppl"], rel=1e-6)  # word tokenizer
+    assert "| nonoverlapping |" in (out / "extrapolation.md").read_text()
+    header = (out / "extrapolation.csv").read_text().splitlines()[0]
+    assert header.startswith("scheme,train_length,mode,split,length")
+
+
+def test_after_train_evaluation_files_exist(trained_runs):
+    for run, _ in trained_runs.values():
+        rows = json.loads((run / "extrapolation" / "extrapolation.json").read_text())
+        assert {r["length"] for r in rows} == {16, 32, 64}
+
+
+@pytest.mark.parametrize("scheme", [s for s in SCHEMES if scheme_class(s).shift_invariant])
+def test_checkpoint_offset_invariance(trained_runs, tmp_path, scheme):
+    """eval.position_offset leaves the perplexity of a trained shift-invariant scheme as it is."""
+    ckpt = trained_runs[scheme][0] / "checkpoints" / "best.ckpt"
+    cfg = dict(factors=[1, 4], modes=["nonoverlapping"])
+    base = evaluate_checkpoint(ckpt, eval_cfg(**cfg), out_dir=tmp_path / "a")
+    shifted = evaluate_checkpoint(
+        ckpt, eval_cfg(position_offset=777, **cfg), out_dir=tmp_path / "b"
+    )
+    for a, b in zip(base, shifted, strict=True):
+        assert b["ppl"] == pytest.approx(a["ppl"], rel=1e-4)
+
+
+def test_learned_beyond_its_table(trained_runs, tmp_path):
+    ckpt = trained_runs["learned"][0] / "checkpoints" / "best.ckpt"
+    with pytest.raises(ConfigError, match="beyond the table"):
+        evaluate_checkpoint(ckpt, eval_cfg(unsupported="error"), out_dir=tmp_path)
+    rows = evaluate_checkpoint(ckpt, eval_cfg(unsupported="skip"), out_dir=tmp_path)
+    ok = [r["status"] == "ok" for r in rows if r["mode"] == "nonoverlapping"]
+    assert ok == [True, False, False, False, False]  # 16 fits the 16-row table, 32…256 do not
+    clamped = evaluate_checkpoint(
+        ckpt,
+        eval_cfg(unsupported="error", pos_overrides={"beyond_table": "clamp"}),
+        out_dir=tmp_path,
+    )
+    assert all(r["status"] == "ok" for r in clamped)
+
+
+def test_one_stride_serves_every_length(trained_runs, tmp_path):
+    ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"
+    rows = evaluate_checkpoint(
+        ckpt, eval_cfg(modes=["sliding"], stride=48, factors=[1, 4]), out_dir=tmp_path
+    )
+    assert [r["stride"] for r in rows] == [16, 48]  # capped at the 16-token window
+
+
+def test_eval_py_cli_prints_the_table(trained_runs, tmp_path, monkeypatch, capfd):
+    run, _ = trained_runs["rope"]
+    result = run_in_process(
+        "eval",
+        [
+            f"run={run}",
+            "eval.max_tokens=800",
+            "eval.factors=[1,16]",
+            "eval.modes=[nonoverlapping,sliding]",
+            f"out_dir={tmp_path}",
+            "wandb=false",
+        ],
+        tmp_path,
+        monkeypatch,
+        capfd,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| nonoverlapping |" in result.stdout and "| sliding |" in result.stdout
+    assert (tmp_path / "extrapolation" / "extrapolation.json").is_file()
+    # with out_dir= nothing else is created: no outputs/eval/DATE/TIME, no .hydra/
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.log", "extrapolation"]
+    (tmp_path / "foreign.ckpt").write_bytes(b"not a checkpoint")
+    cases = (("missing.ckpt", "does not exist"), ("foreign.ckpt", "is corrupt or incomplete"))
+    for name, message in cases:
+        bad = run_in_process("eval", [f"ckpt={tmp_path / name}"], tmp_path, monkeypatch, capfd)
+        assert bad.returncode == 2 and message in bad.stderr
+        assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi"])
+def test_bf16_and_fp32_perplexities_agree_on_a_trained_checkpoint(trained_runs, tmp_path, scheme):
+    """eval.precision=bf16-mixed (auto's choice on bf16-native hardware) changes perplexity by
+    less than 0.5% at the training length and at 4× it."""
+    ckpt = trained_runs[scheme][0] / "checkpoints" / "best.ckpt"
+    cfg = dict(factors=[1, 4], max_tokens=600)
+    fp32 = evaluate_checkpoint(ckpt, eval_cfg(precision="32-true", **cfg), out_dir=tmp_path / "a")
+    bf16 = evaluate_checkpoint(
+        ckpt, eval_cfg(precision="bf16-mixed", **cfg), out_dir=tmp_path / "b"
+    )
+    for a, b in zip(fp32, bf16, strict=True):
+        assert a["tokens"] == b["tokens"] > 0
+        assert abs(b["ppl"] - a["ppl"]) / a["ppl"] < 0.005, (a["length"], a["ppl"], b["ppl"])
+
+
+def test_max_tokens_auto_caps_only_a_short_runs_evaluation_and_says_so(
+    trained_runs, tmp_path, monkeypatch, capsys
+):
+    ckpt = trained_runs["nope"][0] / "checkpoints" / "best.ckpt"
+    monkeypatch.setattr(poslab.evaluation.run, "AUTO_MIN_TOKENS", 500)
+    cfg = eval_cfg(max_tokens="auto", factors=[1])
+    whole = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / "a")  # eval.py: no training budget
+    assert "eval.max_tokens=auto" not in capsys.readouterr().out
+    capped = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / "b", trained_tokens=100)
+    assert "eval.max_tokens=auto: scoring the first" in capsys.readouterr().out
+    assert capped[0]["tokens"] <= 500 < whole[0]["tokens"]
+
+
+@pytest.mark.parametrize("setting", [0, 1, -5, "many", 2.5, True])
+def test_max_tokens_rejects_what_is_not_a_token_count(setting):
+    with pytest.raises(ConfigError, match="eval.max_tokens"):
+        scored_token_cap(setting, None)
+
+
+def test_max_tokens_values():
+    assert scored_token_cap(None, 10) is None
+    assert scored_token_cap(1000, None) == 1000
+    assert scored_token_cap("auto", None) is None
+    assert scored_token_cap("auto", 10**7) == 10**7
+    assert scored_token_cap("auto", 10) == poslab.evaluation.run.AUTO_MIN_TOKENS
