@@ -556,3 +556,14 @@ cache = TokenCache("race", path=corpus, cache_dir=cache_dir)
 ids = cache.split("validation").ids
 print(cache.meta()["inputs"]["files"]["validation"]["sha256"], hashlib.sha256(ids).hexdigest())
 """
+
+
+def test_hub_unreachable_says_pass_data_path(tmp_path):
+    # HF_HUB_OFFLINE=1 (set for the session) makes the hub fail at once instead of timing out
+    code = (
+        "from poslab.data.corpus import read_corpus\n"
+        f"read_corpus('Salesforce/wikitext', 'wikitext-2-v1', None, r'{tmp_path}')\n"
+    )
+    result = run_cli(["-c", code], tmp_path, {"HF_HOME": str(tmp_path / "hf")})
+    assert result.returncode != 0
+    assert "pass data.path=DIR" in result.stderr

@@ -37,6 +37,14 @@ def plain_number(value: float) -> str:
     return f"{value:.3g}"
 
 
+def length_xaxis(ax: Axes) -> None:
+    """Lengths and positions on a log2 axis, labelled as numbers (256, 1,024), not as powers:
+    what a reader compares with the training length (and no mathtext to typeset)."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: plain_number(v)))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 def ppl_yaxis(ax: Axes, values: Iterable[float]) -> str:
     """Scale and label the perplexity axis of `ax` for `values`; returns "log" or "linear".
 
@@ -152,7 +160,7 @@ def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
     for a in axes:
         for n in train_lengths:
             a.axvline(n, color="grey", ls=":", lw=1)
-        a.set_xscale("log", base=2)
+        length_xaxis(a)
         a.set_xlabel("evaluation length (tokens); dotted: training length")
         a.grid(True, which="both", alpha=0.3)
     ppl_yaxis(ax, [ppl for pts in series.values() for _, ppl in pts])
@@ -204,7 +212,7 @@ def position_figure(rows: list[dict], title: str) -> Figure:
         plotted += 1
     for n in {r["train_length"] for r in rows}:
         ax.axvline(n, color="grey", ls=":", lw=1)
-    ax.set_xscale("log", base=2)
+    length_xaxis(ax)
     if not plotted:
         no_data_note(ax, "no finite loss to plot")
     ax.set_xlabel("position in window (+1); dotted: training length")
@@ -238,7 +246,7 @@ def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
     for ax, what in zip(axes, ("whole answer right", "answer tokens right"), strict=True):
         for n in {r["train_length"] for r in rows}:
             ax.axvline(n, color="grey", ls=":", lw=1)
-        ax.set_xscale("log", base=2)
+        length_xaxis(ax)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("evaluation length (tokens); dotted: training length")
         ax.set_ylabel(f"accuracy ({what})")
