@@ -50,8 +50,8 @@ from bench.configs import REPO, Options, available_schemes, config_names, scheme
 from bench.memory import serve_memory
 from bench.report import check_targets, render_markdown
 from bench.run import run_benchmark
-from poslab.arguments import OneLineParser, check_writable
 
+from poslab.arguments import OneLineParser, check_writable
 from poslab.build import build_scheme, gpt_config_of
 from poslab.errors import ConfigError, exit_on_config_error
 from poslab.instantiate import instantiate_checked
