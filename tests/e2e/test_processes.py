@@ -423,6 +423,7 @@ def test_two_processes_on_a_stale_cache_rebuild_it_once(corpus, tmp_path):
 RACE = r"""
 import hashlib, json, logging, sys, time
 from pathlib import Path
+from poslab.data.cache import TokenCache
 logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
 corpus, cache_dir, ready, go = sys.argv[1:5]
 Path(ready).touch()
@@ -547,6 +548,7 @@ def test_acceptance_command_on_wikitext2(scheme, tmp_path):
 STALE_RACE = r"""
 import hashlib, logging, sys, time
 from pathlib import Path
+from poslab.data.cache import TokenCache
 logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
 corpus, cache_dir, ready, go = sys.argv[1:5]
 Path(ready).touch()
