@@ -447,3 +447,22 @@ def file_size_limit(n: int) -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    """file name -> bytes of every file in `folder` (a run's files, compared before and after)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def temporaries(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.tmp"))
+
+
+def copy_run(run: Path, to: Path) -> Path:
+    shutil.copytree(run, to)
+    return to
+
+
+def copy_corpus(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst

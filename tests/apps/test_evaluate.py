@@ -9,11 +9,10 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from bad_inputs import EVAL_BAD, case_problems, nothing_written_by_eval
-from conftest import REPO, case_values, contract_problems, run_in_process
+from conftest import REPO, case_values, contents, contract_problems, run_in_process
 
 from poslab.evaluation.compare import find_results
 
@@ -48,10 +47,6 @@ def test_eval_py_refuses_a_missing_checkpoint_in_a_real_process(tmp_path):
         timeout=300,
     )
     assert not contract_problems(result, "/no/such.ckpt does not exist", out), result.stderr
-
-
-def contents(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
 def test_eval_py_without_out_dir_keeps_the_after_training_table(

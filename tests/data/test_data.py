@@ -7,13 +7,12 @@ import json
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import WIKITEXT2, make_corpus
+from conftest import WIKITEXT2, copy_corpus, make_corpus
 
 from poslab.data.cache import TokenCache
 from poslab.data.corpus import file_sha256, local_split_files, read_corpus
@@ -115,11 +114,6 @@ def test_missing_or_empty_data_is_a_clear_error(tmp_path):
     (tmp_path / "empty" / "train.txt").write_text("")
     with pytest.raises(ConfigError, match="is empty"):
         local_split_files(tmp_path / "empty")
-
-
-def copy_corpus(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
 
 
 def test_binary_train_file_is_one_clear_error(corpus, tmp_path):

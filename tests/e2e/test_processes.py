@@ -9,7 +9,6 @@ import csv
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +17,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, SCHEMES, TINY, WIKITEXT2, make_corpus, race_two_processes
+from conftest import (
+    REPO,
+    SCHEMES,
+    TINY,
+    WIKITEXT2,
+    contents,
+    copy_corpus,
+    copy_run,
+    make_corpus,
+    race_two_processes,
+    temporaries,
+)
 from processes import (
     _limit_file_size,
     folder_digest,
@@ -33,24 +43,6 @@ from processes import (
 
 from poslab.data.cache import TokenCache
 from poslab.data.corpus import file_sha256
-
-
-def contents(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-
-
-def temporaries(folder: Path) -> list[Path]:
-    return sorted(folder.rglob("*.tmp"))
-
-
-def copy_run(run: Path, to: Path) -> Path:
-    shutil.copytree(run, to)
-    return to
-
-
-def copy_corpus(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
 
 
 def metrics_csv(run: Path) -> list[dict]:
@@ -403,6 +395,18 @@ def test_train_py_multirun_each_job_its_own_offline_wandb_run(corpus, tmp_path):
     assert "| rope |" in table and "| alibi |" in table
 
 
+# what both raced scripts do first: wait for the go file, then ask for the cache together
+RACE_START = r"""from pathlib import Path
+from poslab.data.cache import TokenCache
+logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
+corpus, cache_dir, ready, go = sys.argv[1:5]
+Path(ready).touch()
+while not Path(go).exists():  # both processes ask for the cache at the same moment
+    time.sleep(0.001)
+cache = TokenCache("race", path=corpus, cache_dir=cache_dir)
+"""
+
+
 def test_two_processes_on_a_stale_cache_rebuild_it_once(corpus, tmp_path):
     """Both see a cache built from other contents; one rebuilds it, the other waits and reads."""
     data = copy_corpus(corpus, tmp_path / "data")
@@ -420,22 +424,16 @@ def test_two_processes_on_a_stale_cache_rebuild_it_once(corpus, tmp_path):
     assert logs.count("rebuilding the token cache") == 1 and logs.count("tokenizing") == 1, logs
 
 
-RACE = r"""
-import hashlib, json, logging, sys, time
-from pathlib import Path
-from poslab.data.cache import TokenCache
-logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
-corpus, cache_dir, ready, go = sys.argv[1:5]
-Path(ready).touch()
-while not Path(go).exists():  # both processes ask for the cache at the same moment
-    time.sleep(0.001)
-cache = TokenCache("race", path=corpus, cache_dir=cache_dir)
-digest = hashlib.sha256(json.dumps(cache.meta(), sort_keys=True).encode())
+RACE = (
+    "import hashlib, json, logging, sys, time\n"
+    + RACE_START
+    + r"""digest = hashlib.sha256(json.dumps(cache.meta(), sort_keys=True).encode())
 for split in ("train", "validation", "test"):
     for array in vars(cache.split(split)).values():
         digest.update(array.tobytes())
 print(digest.hexdigest())
 """
+)
 
 
 def test_two_processes_on_a_fresh_cache_build_it_once(tmp_path):
@@ -545,19 +543,13 @@ def test_acceptance_command_on_wikitext2(scheme, tmp_path):
     assert val[-1] < val[0]
 
 
-STALE_RACE = r"""
-import hashlib, logging, sys, time
-from pathlib import Path
-from poslab.data.cache import TokenCache
-logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
-corpus, cache_dir, ready, go = sys.argv[1:5]
-Path(ready).touch()
-while not Path(go).exists():  # both processes ask for the cache at the same moment
-    time.sleep(0.001)
-cache = TokenCache("race", path=corpus, cache_dir=cache_dir)
-ids = cache.split("validation").ids
+STALE_RACE = (
+    "import hashlib, logging, sys, time\n"
+    + RACE_START
+    + r"""ids = cache.split("validation").ids
 print(cache.meta()["inputs"]["files"]["validation"]["sha256"], hashlib.sha256(ids).hexdigest())
 """
+)
 
 
 def test_hub_unreachable_says_pass_data_path(tmp_path):

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import errno
 import json
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-from conftest import file_size_limit
+from conftest import contents, copy_run, file_size_limit, temporaries
 
 from poslab.errors import ConfigError
 from poslab.evaluation.files import (
@@ -21,19 +19,6 @@ from poslab.evaluation.files import (
     write_all_or_none,
     write_reports,
 )
-
-
-def contents(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-
-
-def temporaries(folder: Path) -> list[Path]:
-    return sorted(folder.rglob("*.tmp"))
-
-
-def copy_run(run: Path, to: Path) -> Path:
-    shutil.copytree(run, to)
-    return to
 
 
 def writer(data: bytes) -> Callable:
