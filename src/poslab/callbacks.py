@@ -3,6 +3,10 @@
 `LastCheckpoint` keeps `last.ckpt` fresh every `checkpoint.every_n_steps` steps and on SIGTERM /
 SIGINT; `AtomicCheckpointIO` makes every checkpoint write all-or-nothing.
 
+`LearningSpeed` records, on a generated task, the first validation step at which val/accuracy
+reached its target (steps to learn, a result of its own) and, with `train.stop_at_accuracy`, ends
+training there.
+
 `RankFingerprints` (`++train.fingerprints=true`) makes a multi-process run checkable after the
 fact: every rank writes `<run>/fingerprints/rank<k>.json` with digests of the training batches
 it saw and of its parameters at the start and end of training. In a correct data-parallel run
@@ -41,6 +45,30 @@ def tensor_digest(named: list[tuple[str, torch.Tensor]]) -> str:
         digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
         digest.update(flat.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+class LearningSpeed(L.Callback):
+    """The first validation step at which val/accuracy ≥ `target` goes to the module's
+    `steps_to_learn` (stored in every later checkpoint); with `stop` the run ends there."""
+
+    def __init__(self, target: float, stop: bool) -> None:
+        self.target, self.stop = target, stop
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        accuracy = trainer.callback_metrics.get("val/accuracy")
+        if trainer.sanity_checking or accuracy is None:
+            return
+        pl_module.learning_target = self.target
+        if pl_module.steps_to_learn is None and float(accuracy) >= self.target:
+            pl_module.steps_to_learn = int(trainer.global_step)
+            print(
+                f"val/accuracy {float(accuracy):.3f} ≥ {self.target} at step "
+                f"{trainer.global_step}"
+                + (": stopping (train.stop_at_accuracy)" if self.stop else ""),
+                flush=True,
+            )
+        if self.stop and pl_module.steps_to_learn is not None and trainer.state.fn == "fit":
+            trainer.should_stop = True
 
 
 class RankFingerprints(L.Callback):

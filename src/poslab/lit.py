@@ -15,6 +15,7 @@ from torch import Tensor
 
 from poslab.build import build_model
 from poslab.errors import ConfigError, TrainingDiverged
+from poslab.losses import IGNORE_INDEX, linear_cross_entropy
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,12 @@ class LanguageModel(L.LightningModule):
             # already a few large matmuls). The state dict keeps its plain names.
             self.model.hidden_states = torch.compile(self.model.hidden_states)
         self.optim = config["optim"]
+        # a generated task: validation also scores the answers (val/accuracy, exact match)
+        self.is_task = "task" in (config.get("data") or {})
+        # the first validation step at which val/accuracy reached learning_target (None: not
+        # yet); set by poslab.callbacks.LearningSpeed, stored in checkpoints
+        self.steps_to_learn: int | None = None
+        self.learning_target: float | None = None
         self._matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}
         self._last_step_time: float | None = None
         # the first step whose loss was not finite (-1: none). On a GPU it is recorded on the
@@ -107,8 +114,22 @@ class LanguageModel(L.LightningModule):
         return loss
 
     def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
-        loss = self._loss(batch)
+        if not self.is_task:
+            self.log("val/loss", self._loss(batch), prog_bar=True, sync_dist=True)
+            return
+        inputs, targets, *positions = batch
+        given = positions[0] if positions and self.model.pos.position_axes else None
+        hidden = self.model.hidden_states(inputs, given)
+        weight = self.model.lm_head.weight
+        loss = linear_cross_entropy(hidden, weight, targets)
         self.log("val/loss", loss, prog_bar=True, sync_dist=True)
+        # exact match of the scored targets (the answer, with data.loss_on=answer): the score
+        # evaluation gives, by the argmax at every answer position
+        scored = targets != IGNORE_INDEX
+        wrong = torch.zeros_like(scored)
+        wrong[scored] = (hidden[scored].float() @ weight.float().T).argmax(-1) != targets[scored]
+        exact = (~wrong.any(dim=1))[scored.any(dim=1)].float()
+        self.log("val/accuracy", exact.mean(), prog_bar=True, sync_dist=True, batch_size=len(exact))
 
     def on_validation_epoch_end(self) -> None:
         val_loss = self.trainer.callback_metrics.get("val/loss")
@@ -164,6 +185,10 @@ class LanguageModel(L.LightningModule):
             "numpy": _numpy_state_to_plain(np.random.get_state()),
             "python": random.getstate(),
         }
+        checkpoint["learning"] = {
+            "steps_to_learn": self.steps_to_learn,
+            "target": self.learning_target,
+        }
         logger = self.logger if self._trainer is not None else None
         if logger is not None and type(logger).__name__ == "WandbLogger":
             checkpoint["wandb_run_id"] = logger.version
@@ -179,6 +204,9 @@ class LanguageModel(L.LightningModule):
                 "state cannot be resumed; evaluate it with eval.py, or start a new run"
             )
         checkpoint["state_dict"] = upgraded
+        learning = checkpoint.get("learning") or {}
+        self.steps_to_learn = learning.get("steps_to_learn")
+        self.learning_target = learning.get("target")
         # In DDP every rank resumes with rank 0's states (only rank 0 writes checkpoints): this
         # matters only for dropout masks; the data order does not use these generators.
         states = checkpoint.get("rng_states")

@@ -19,7 +19,7 @@ from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import read_checkpoint
-from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, RankFingerprints
+from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, LearningSpeed, RankFingerprints
 from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
 from poslab.instantiate import instantiate_checked
 from poslab.lit import LanguageModel
@@ -424,6 +424,10 @@ def _build_trainer(
         use_distributed_sampler=False,  # poslab.sampling gives each rank its part of each batch
     )
     callbacks: list[L.Callback] = [best, last]
+    if "task" in cfg.data:  # steps to learn (and train.stop_at_accuracy): before the checkpoints
+        stop_at = cfg.train.get("stop_at_accuracy")
+        target = stop_at if stop_at is not None else cfg.eval.get("learned_at", 0.9)
+        callbacks.insert(0, LearningSpeed(float(target), stop=stop_at is not None))
     if cfg.train.get("fingerprints"):  # per-rank data and weight digests (poslab.callbacks)
         callbacks.append(RankFingerprints(out / "fingerprints"))
     trainer: L.Trainer = instantiate_checked(

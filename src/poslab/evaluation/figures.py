@@ -234,9 +234,14 @@ def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
     series: dict[str, list[dict]] = {}
     for r in rows:
         if r["status"] == "ok" and is_finite(r.get("accuracy")):
-            series.setdefault(series_label(r, series_key, several_modes), []).append(r)
+            label = series_label(r, series_key, several_modes)
+            if r.get("learned") is False:  # shown, but marked: it is not judged beyond L
+                label += " (did not learn at L)"
+            series.setdefault(label, []).append(r)
     for (label, pts), style in zip(series.items(), line_styles(len(series)), strict=True):
         pts = sorted(pts, key=lambda r: r["length"])
+        if pts[0].get("learned") is False:
+            style = {**style, "ls": ":", "alpha": 0.6}
         for ax, value in zip(axes, ("accuracy", "token_accuracy"), strict=True):
             ax.plot([r["length"] for r in pts], [r[value] for r in pts], label=label, **style)
             if any(r.get("n_seeds", 1) > 1 for r in pts):
@@ -256,6 +261,17 @@ def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
     for mode, chance in chances.items():  # a uniform guess, per task
         label = "chance" if len(chances) == 1 else f"chance ({mode})"
         axes[1].axhline(chance, color="grey", ls="--", lw=1, label=label)
+    for mode in dict.fromkeys(r["mode"] for r in rows):  # the best stated shortcut, per length
+        best: dict[int, list[dict]] = {}
+        for r in rows:
+            if r["mode"] == mode and r["status"] == "ok" and is_finite(r.get("shortcut")):
+                best.setdefault(r["length"], []).append(r)
+        if best:
+            lengths = sorted(best)
+            label = "best shortcut" + ("" if len(chances) <= 1 else f" ({mode})")
+            for ax, value in zip(axes, ("shortcut", "shortcut_token"), strict=True):
+                means = [np.mean([r[value] for r in best[n]]) for n in lengths]
+                ax.plot(lengths, means, color="black", ls="-.", lw=1, label=label)
     axes[0].set_title(title)
     axes[1].set_title("per answer token")
     if series:

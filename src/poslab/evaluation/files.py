@@ -56,7 +56,19 @@ CSV_FIELDS = [
     "token_accuracy_sd",
     "chance",
     "token_chance",
+    "shortcut",
+    "shortcut_token",
+    "shortcut_name",
     "examples",
+    # learned at L, effective length (RULER), steps to learn (poslab.evaluation.tasks)
+    "learned_at",
+    "learned",
+    "learned_seeds",
+    "effective_length",
+    "effective_length_sd",
+    "steps_to_learn",
+    "steps_to_learn_sd",
+    "trained_steps",
 ]
 
 

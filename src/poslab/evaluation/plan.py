@@ -41,6 +41,9 @@ class EvalPlan:
     model_config: dict[str, Any] | None = None  # the config the models were built from
     device: torch.device | None = None
     precision: str | None = None
+    # a task checkpoint: {"steps_to_learn", "target"} (poslab.callbacks.LearningSpeed) and the
+    # steps it trained
+    learning: dict[str, Any] = field(default_factory=dict)
 
     @property
     def train_length(self) -> int:
@@ -125,6 +128,10 @@ def load_models(plan: EvalPlan, checkpoint: dict[str, Any]) -> None:
     plan.models = {n: built[repr(plan.overrides_at[n])][0] for n in plan.lengths}
     plan.model_config = next(iter(built.values()))[1]
     if plan.is_task:
+        plan.learning = {
+            **(checkpoint.get("learning") or {}),
+            "trained_steps": checkpoint.get("global_step"),
+        }
         plan.task = build_task(plan.model_config["data"])
         for length in plan.lengths:
             plan.task.check_length(length, key="eval length")

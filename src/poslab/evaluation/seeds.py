@@ -23,6 +23,8 @@ METRICS = (
     "accuracy",
     "token_accuracy",
     "tokens_per_s",
+    "shortcut",
+    "shortcut_token",
 )
 
 
@@ -117,5 +119,25 @@ def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
             row["by_condition"] = mean_conditions(rows)
         else:
             row["status"] = next(r["status"] for r in rows if r["status"] != "ok")
+        if "learned" in rows[0]:
+            row.update(learning_over_seeds(rows))
         merged.append(row)
     return merged
+
+
+def learning_over_seeds(rows: list[dict]) -> dict[str, Any]:
+    """A task configuration over its seeds: learned (every seed learned at L; None when any
+    seed's training length was not evaluated), the seeds that learned, and the effective length
+    and steps to learn as mean ± sd (steps over the seeds that reached the threshold)."""
+    said = [r.get("learned") for r in rows]
+    out: dict[str, Any] = {
+        "learned": None if None in said else all(said),
+        "learned_seeds": sum(1 for s in said if s is True),
+    }
+    out["effective_length"], out["effective_length_sd"] = mean_sd(
+        [float(r.get("effective_length") or 0) for r in rows]
+    )
+    steps = [r["steps_to_learn"] for r in rows if is_finite(r.get("steps_to_learn"))]
+    out["steps_to_learn"], out["steps_to_learn_sd"] = mean_sd(steps) if steps else (None, None)
+    out["steps_learned"] = len(steps)
+    return out

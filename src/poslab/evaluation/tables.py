@@ -128,20 +128,122 @@ def is_task(rows: list[dict]) -> bool:
 
 
 def task_tables(rows: list[dict], name: str, row_key: str) -> list[str]:
-    """The Markdown parts of a task's rows: exact-match accuracy, token accuracy, answer ppl."""
-    chance = next((r for r in rows if is_finite(r.get("chance"))), None)
-    note = (
-        f"\nA uniform guess scores {chance['token_chance']:.3g} per answer token "
-        f"({chance['chance']:.2g} exact match at L={chance['length']})."
-        if chance
-        else ""
-    )
+    """The Markdown parts of a task's rows: whether each run learned the task at L and its
+    effective length; exact-match and token accuracy with two baseline rows (chance, the best
+    stated shortcut); answer perplexity. A row that did not learn at L says so in its label."""
+    threshold = next((r["learned_at"] for r in rows if is_finite(r.get("learned_at"))), None)
+    shown = [{**r, row_key: learning_label(r, row_key)} for r in rows]
+    baselines = baseline_rows(rows, row_key)
+    parts = []
+    if threshold is not None:
+        parts += [
+            f"\n### learned at L, effective length ({name})\n",
+            f"A run learned the task when its accuracy at L reaches {threshold:g}; its effective "
+            f"length is the longest evaluated length up to which accuracy stays ≥ {threshold:g} "
+            "(0: not learned). Only runs that learned are ranked.\n",
+            learning_table(rows, row_key),
+        ]
     return [
+        *parts,
         f"\n### accuracy: the whole answer right ({name})\n",
-        markdown_table(rows, "accuracy", row_key),
+        markdown_table(shown + baselines, "accuracy", row_key),
         f"\n### token accuracy: answer tokens right ({name})\n",
-        markdown_table(rows, "token_accuracy", row_key),
+        markdown_table(shown + baselines, "token_accuracy", row_key),
         f"\n### answer perplexity ({name})\n",
-        markdown_table(rows, "ppl", row_key),
-        note,
+        markdown_table(shown, "ppl", row_key),
+        baselines_note(rows),
     ]
+
+
+def did_not_learn(row: dict) -> bool:
+    """A run (or any seed of a merged row) whose accuracy at L stayed below eval.learned_at."""
+    return row.get("learned") is False
+
+
+def learning_label(row: dict, row_key: str) -> str:
+    label = str(row[row_key])
+    return f"{label} (did not learn at L)" if did_not_learn(row) else label
+
+
+def baseline_rows(rows: list[dict], row_key: str) -> list[dict]:
+    """Per length: "chance" (a uniform guess) and "best shortcut" (the best of the task's stated
+    trivial heuristics on the same examples, averaged over seeds), as table rows."""
+    out = []
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        if is_finite(r.get("chance")):
+            out.append(
+                {
+                    row_key: "_chance_",
+                    "length": r["length"],
+                    "status": "ok",
+                    "accuracy": r["chance"],
+                    "token_accuracy": r.get("token_chance"),
+                }
+            )
+        if is_finite(r.get("shortcut")):
+            out.append(
+                {
+                    row_key: "_best shortcut_",
+                    "length": r["length"],
+                    "status": "ok",
+                    "accuracy": r["shortcut"],
+                    "token_accuracy": r.get("shortcut_token"),
+                }
+            )
+    best: dict[tuple, dict] = {}  # one baseline cell per (row, length): the highest
+    for b in out:
+        key = (b[row_key], b["length"])
+        if key not in best or b["accuracy"] > best[key]["accuracy"]:
+            best[key] = b
+    return list(best.values())
+
+
+def baselines_note(rows: list[dict]) -> str:
+    names = sorted({r["shortcut_name"] for r in rows if r.get("shortcut_name")})
+    note = "\n_chance_: a uniform guess at every answer token."
+    if names:
+        note += (
+            " _best shortcut_: the best of the task's stated trivial heuristics on the same "
+            f"examples (here: {', '.join(names)})."
+        )
+    return note
+
+
+def learning_table(rows: list[dict], row_key: str) -> str:
+    """One line per row key: learned at L (seeds that learned / seeds), effective length
+    (mean ± sd over seeds), steps to learn, and a rank by effective length among the rows
+    whose every seed learned ("—" for the others: an unlearned run is never ranked)."""
+    first = {}
+    for r in rows:
+        first.setdefault(r[row_key], r)
+    ranked = sorted(
+        (k for k, r in first.items() if r.get("learned") is True),
+        key=lambda k: -first[k].get("effective_length", 0),
+    )
+    rank, previous = {}, None
+    for i, key in enumerate(ranked):  # ties share a rank
+        value = first[key].get("effective_length")
+        rank[key] = (
+            rank[previous]
+            if previous and first[previous].get("effective_length") == value
+            else i + 1
+        )
+        previous = key
+    lines = [
+        f"| {row_key} | learned at L | effective length | steps to learn | rank |",
+        "|---|---|---|---|---|",
+    ]
+    for key, r in first.items():
+        n = r.get("n_seeds", 1)
+        learned = r.get("learned")
+        said = (
+            f"{r.get('learned_seeds', int(bool(learned)))}/{n}"
+            if n > 1
+            else {True: "yes", False: "no", None: "not evaluated"}[learned]
+        )
+        effective = cell({**r, "status": "ok"}, "effective_length").replace(".00", "")
+        steps = cell({**r, "status": "ok"}, "steps_to_learn").replace(".00", "")
+        lines.append(f"| {key} | {said} | {effective} | {steps} | {rank.get(key, '—')} |")
+    return "\n".join(lines)

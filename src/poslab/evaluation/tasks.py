@@ -3,8 +3,16 @@
 For every evaluation length and every condition of the task (passkey: the key's depth),
 `eval.task_examples` fresh examples (seeded by the run's seed, never training or validation
 ones) are scored in one forward pass each: the exact match of the answer (the argmax at every
-answer position right), the per-token accuracy, and the answer tokens' perplexity. The rows go
-through the perplexity evaluation's reports (JSON/CSV/Markdown/PNG, W&B); the plots show accuracy
+answer position right), the per-token accuracy, and the answer tokens' perplexity. Beside them,
+on the same examples: chance and the best of the task's stated shortcuts
+(poslab.tasks.base.best_shortcut), the baselines a reader needs.
+
+A run **learned the task at L** when its accuracy at the training length reaches
+`eval.learned_at` (0.9); its **effective length** (RULER) is the longest evaluated length up to
+which accuracy stays ≥ that threshold at every length (0: it did not learn at L). Every row
+carries both, and the steps the run took to reach the threshold on validation data
+(`steps_to_learn`, None if it never did). The rows go through the perplexity evaluation's
+reports (JSON/CSV/Markdown/PNG, W&B); the plots show accuracy
 against length, and a condition × length heatmap.
 
 The options of a corpus evaluation (eval.modes, .stride, .split, .position_offset, .max_tokens,
@@ -26,7 +34,7 @@ from tqdm.auto import tqdm
 from poslab.evaluation.plan import EvalPlan, corpus_options_set
 from poslab.precision import AUTOCAST_DTYPE
 from poslab.tasks import EVALUATION, TaskExamples
-from poslab.tasks.base import Example, score
+from poslab.tasks.base import Example, best_shortcut, score
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +113,43 @@ def evaluate_task_plan(plan: EvalPlan) -> tuple[list[dict], str]:
             continue
         rows.append(score_length(plan, row, bar))
     bar.close()
+    threshold = float(plan.eval_cfg.get("learned_at", 0.9))
+    summary = learning_summary(rows, plan.train_length, threshold)
+    learning = plan.learning or {}
+    steps = learning.get("steps_to_learn") if learning.get("target") == threshold else None
+    for row in rows:
+        row.update(summary, steps_to_learn=steps, trained_steps=learning.get("trained_steps"))
+    log.info(
+        "%s %s: %s",
+        scheme,
+        task.name,
+        f"learned at L, effective length {summary['effective_length']}"
+        if summary["learned"]
+        else "did not learn at L"
+        if summary["learned"] is False
+        else "learned at L unknown (the training length was not evaluated)",
+    )
     return rows, f"{scheme} on {task.name}: accuracy vs evaluation length"
+
+
+def learning_summary(rows: list[dict], train_length: int, threshold: float) -> dict[str, Any]:
+    """{"learned_at", "learned", "effective_length"} of one run's rows (one per length):
+    learned = accuracy at the training length ≥ threshold (None when that length was not
+    evaluated); effective length = the longest length from L on up to which every evaluated
+    length scores ≥ threshold (0 when the run did not learn at L)."""
+    by_length = {r["length"]: r for r in rows if r["length"] >= train_length}
+    at_l = by_length.get(train_length)
+    learned = None
+    if at_l is not None:
+        learned = at_l["status"] == "ok" and at_l.get("accuracy", 0.0) >= threshold
+    effective = 0
+    if learned:
+        for length in sorted(by_length):
+            row = by_length[length]
+            if row["status"] != "ok" or row.get("accuracy", 0.0) < threshold:
+                break
+            effective = length
+    return {"learned_at": threshold, "learned": learned, "effective_length": effective}
 
 
 def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
@@ -118,11 +162,12 @@ def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
     started = time.perf_counter()
     by_condition, sums = [], {"accuracy": 0.0, "token_accuracy": 0.0, "loss": 0.0}
     tokens = 0
-    chance = (0.0, 0.0)
+    chances, every_example = [], []
     for c, condition in enumerate(conditions):
         made = TaskExamples(task, length, examples, seed, EVALUATION, condition=condition)
         batch = [made.example(c * examples + i) for i in range(examples)]
-        chance = task.chance(batch[0])
+        chances += [task.chance(e) for e in batch]
+        every_example += batch
         dtype = AUTOCAST_DTYPE[plan.precision]
         result = score_examples(plan.models[length], batch, batch_size, dtype)
         scores = {k: result[k] for k in sums}
@@ -133,6 +178,7 @@ def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
         bar.update(1)
     seconds = time.perf_counter() - started
     scored = examples * len(conditions)
+    shortcut = best_shortcut(task, every_example)  # the same examples the model answered
     loss = sums["loss"] / max(tokens, 1)
     row = {
         **row,
@@ -140,8 +186,11 @@ def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
         "token_accuracy": sums["token_accuracy"] / len(conditions),
         "loss": loss,
         "ppl": math.exp(loss) if math.isfinite(loss) else math.nan,
-        "chance": chance[0],
-        "token_chance": chance[1],
+        "chance": sum(c[0] for c in chances) / len(chances),
+        "token_chance": sum(c[1] for c in chances) / len(chances),
+        "shortcut": shortcut["accuracy"] if shortcut else None,
+        "shortcut_token": shortcut["token_accuracy"] if shortcut else None,
+        "shortcut_name": shortcut["name"] if shortcut else None,
         "examples": scored,
         "tokens": tokens,
         "seconds": seconds,

@@ -14,7 +14,7 @@ import numpy as np
 
 from poslab.checks import integer, require
 from poslab.errors import ConfigError
-from poslab.tasks.base import Example, Task
+from poslab.tasks.base import Example, Task, reads_prompt
 
 
 class AssocRecall(Task):
@@ -74,3 +74,33 @@ class AssocRecall(Task):
 
     def answer_symbols(self) -> list[int]:
         return self.value_ids.tolist()
+
+    def solve(self, prompt: np.ndarray) -> np.ndarray:
+        """Not defined on a prompt alone (the answer is teacher-forced query by query)."""
+        raise NotImplementedError("assoc_recall answers are teacher-forced: see `oracle`")
+
+    def oracle(self, example: Example) -> np.ndarray:
+        """Each queried key's value, read from the pairs that open the example."""
+        tokens = example.tokens
+        pairs = dict(
+            zip(tokens[0 : 2 * self.pairs : 2], tokens[1 : 2 * self.pairs : 2], strict=True)
+        )
+        queried = tokens[len(tokens) - 2 * self.queries :: 2]
+        return np.asarray([pairs[k] for k in queried])
+
+    def shortcuts(self) -> dict:
+        """Values of fixed pairs, whatever the key asked."""
+
+        def pair_values(example: Example, pick: slice) -> np.ndarray:
+            values = example.tokens[1 : 2 * self.pairs : 2]
+            return np.resize(values[pick], self.queries)
+
+        def most_frequent(prompt: np.ndarray, size: int) -> np.ndarray:
+            values = prompt[1 : 2 * self.pairs : 2]
+            return np.full(size, np.bincount(values).argmax())
+
+        return {
+            "the first pairs' values": lambda e: pair_values(e, slice(0, None)),
+            "the last pairs' values": lambda e: pair_values(e, slice(-self.queries, None)),
+            "the most frequent value": reads_prompt(most_frequent),
+        }

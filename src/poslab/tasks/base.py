@@ -12,6 +12,7 @@ A task adds itself as one module under poslab/tasks/ and one file under conf/dat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,17 +35,46 @@ class Example:
         return self.tokens[1:]
 
     @property
+    def prompt(self) -> np.ndarray:
+        """The tokens before the first answer token: what a model has read when it answers."""
+        first = int(np.flatnonzero(self.answer)[0])
+        return self.tokens[: first + 1]
+
+    @property
+    def answer_tokens(self) -> np.ndarray:
+        return self.targets[self.answer]
+
+    @property
     def padding(self) -> np.ndarray:
         """(length,) bool: targets that are padding (never scored, not even with loss_on=all)."""
         return self.targets == 0
 
 
+# a trivial heuristic: an example -> the answer tokens it guesses, reading only what the model
+# reads before each answer token (the prompt; a teacher-forced answer's earlier tokens)
+Predictor = Callable[["Example"], np.ndarray]
+
+
+def reads_prompt(guess: Callable[[np.ndarray, int], np.ndarray]) -> Predictor:
+    """A predictor from a guess made on the prompt alone: (prompt, answer token count) -> ids."""
+    return lambda example: guess(example.prompt, int(example.answer.sum()))
+
+
 class Task:
     """Base class. Subclasses set `name`, build their vocabulary with `vocabulary(...)` (id 0 is
     the padding token) and implement `example`; `conditions` is the grid an evaluation covers
-    (passkey: depths), `answer_symbols` the alphabet answers are drawn from (for chance)."""
+    (passkey: depths), `answer_symbols` the alphabet answers are drawn from (for chance).
+
+    Every task states the trivial heuristics a model could learn instead of the task
+    (`shortcuts`: name -> predictor reading only the prompt) and `solve`s its prompts (the oracle:
+    proof that the prompt determines the answer). A test asserts that the oracle scores 1 and
+    each shortcut at most `shortcut_margin` (exact match) on evaluation examples, unless the task
+    is `shortcut_prone` (kept for comparison with published tables, documented as such); the
+    task tables print the best shortcut as a baseline row beside chance."""
 
     name = "task"
+    shortcut_margin = 0.05
+    shortcut_prone = False
     # 0: positions are the token index (text); A: the task gives every token A positions (a
     # grid: row, column), which a multi-axis scheme reads and a 1-D scheme leaves for the index
     position_axes = 0
@@ -110,6 +140,46 @@ class Task:
         """(exact-match, per-token) accuracy of a uniform guess over the answer symbols."""
         per_token = 1.0 / len(self.answer_symbols())
         return per_token ** int(example.answer.sum()), per_token
+
+    def shortcuts(self) -> dict[str, Predictor]:
+        """The trivial heuristics that could pass for the task (name -> predictor)."""
+        return {}
+
+    def solve(self, prompt: np.ndarray) -> np.ndarray:
+        """The answer tokens, read off the prompt by the rule the task states."""
+        raise NotImplementedError
+
+    def oracle(self, example: Example) -> np.ndarray:
+        """The answer by the task's rule from what a model reads (the prompt; a teacher-forced
+        answer's earlier tokens): proof that the input determines the answer."""
+        return self.solve(example.prompt)
+
+
+def predictor_accuracy(examples: list[Example], predict: Predictor) -> tuple[float, float]:
+    """(exact-match, token) accuracy of a predictor over examples; a guess of the wrong length
+    is wrong at every token past the shorter of the two."""
+    exact = right = total = 0
+    for example in examples:
+        truth = example.answer_tokens
+        guess = np.asarray(predict(example))
+        n = min(len(guess), len(truth))
+        hits = int((guess[:n] == truth[:n]).sum())
+        exact += len(guess) == len(truth) and hits == len(truth)
+        right += hits
+        total += len(truth)
+    return exact / max(len(examples), 1), right / max(total, 1)
+
+
+def best_shortcut(task: Task, examples: list[Example]) -> dict[str, Any] | None:
+    """The shortcut with the highest exact-match accuracy on `examples` (ties: token accuracy):
+    {"name", "accuracy", "token_accuracy"}; None for a task that states none."""
+    scored = [
+        (predictor_accuracy(examples, predict), name) for name, predict in task.shortcuts().items()
+    ]
+    if not scored:
+        return None
+    (exact, token), name = max(scored, key=lambda s: s[0])
+    return {"name": name, "accuracy": exact, "token_accuracy": token}
 
 
 def score(example: Example, predicted: np.ndarray) -> tuple[bool, int, int]:

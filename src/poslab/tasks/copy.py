@@ -14,7 +14,7 @@ import string
 import numpy as np
 
 from poslab.checks import integer, require
-from poslab.tasks.base import Example, Task
+from poslab.tasks.base import Example, Task, reads_prompt
 
 
 class Copy(Task):
@@ -52,3 +52,32 @@ class Copy(Task):
 
     def answer_symbols(self) -> list[int]:
         return self.symbol_ids.tolist()
+
+    def source_of(self, prompt: np.ndarray) -> np.ndarray:
+        """The input string of a prompt (`<bos>` string `=`)."""
+        return prompt[1:-1]
+
+    def solve(self, prompt: np.ndarray) -> np.ndarray:
+        return self.output(self.source_of(prompt))
+
+    def shortcuts(self) -> dict:
+        """Guesses that do not follow the string position by position."""
+
+        def most_frequent(prompt: np.ndarray, size: int) -> np.ndarray:
+            source = self.source_of(prompt)
+            return np.full(size, np.bincount(source).argmax())
+
+        def the_other_order(prompt: np.ndarray, size: int) -> np.ndarray:
+            # copy for reverse, reverse for copy: the order is the task
+            return self.output(self.source_of(prompt))[::-1]
+
+        def shifted(prompt: np.ndarray, size: int) -> np.ndarray:
+            # the output one place off (the neighbour of the right symbol)
+            out = self.output(self.source_of(prompt))
+            return np.concatenate([out[1:], out[:1]])
+
+        return {
+            "the most frequent symbol": reads_prompt(most_frequent),
+            "the string in the other order": reads_prompt(the_other_order),
+            "the output shifted by one": reads_prompt(shifted),
+        }

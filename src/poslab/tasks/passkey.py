@@ -8,6 +8,11 @@ the example ends with the question, and the answer is the key:
 
 Depth 0 puts the key at the start (the farthest from the question), depth 1 right before it.
 Training draws the depth uniformly; evaluation measures every depth of `eval_depths`.
+
+Shortcut-prone, kept for comparison with the papers that use it: the filler holds no digits, so
+"copy the digits before the question" (or "every digit in the text") solves it at any length
+without retrieving anything (a CoPE model learned exactly that: layer-1 gates ≈ 1 on digits, 0
+elsewhere). Use `data=needle` (poslab/tasks/needle.py), whose filler holds numbers.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from poslab.checks import integer, list_of, number, require
-from poslab.tasks.base import Example, Task
+from poslab.tasks.base import Example, Task, reads_prompt
 
 FILLER = (
     "the grass is green . the sky is blue . the sun is yellow . here we go . there and back again ."
@@ -25,6 +30,7 @@ DIGITS = [str(d) for d in range(10)]
 
 class Passkey(Task):
     name = "passkey"
+    shortcut_prone = True  # see the module docstring: every digit of the text is the key
 
     def __init__(
         self, digits: int = 5, eval_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -79,3 +85,26 @@ class Passkey(Task):
 
     def answer_symbols(self) -> list[int]:
         return [self.ids[d] for d in DIGITS]
+
+    def solve(self, prompt: np.ndarray) -> np.ndarray:
+        """The digits after "the pass key is"."""
+        n = len(self.statement)
+        for i in range(len(prompt) - n):
+            if prompt[i : i + n].tolist() == self.statement:
+                return prompt[i + n : i + n + self.digits]
+        return np.zeros(0, dtype=np.int64)
+
+    def shortcuts(self) -> dict:
+        digit_ids = set(self.answer_symbols())
+
+        def every_digit(prompt: np.ndarray, size: int) -> np.ndarray:
+            return np.asarray([t for t in prompt.tolist() if t in digit_ids][:size])
+
+        def before_question(prompt: np.ndarray, size: int) -> np.ndarray:
+            start = len(prompt) - len(self.question)
+            return np.asarray([t for t in prompt[:start].tolist() if t in digit_ids][-size:])
+
+        return {
+            "every digit in the text": reads_prompt(every_digit),
+            "the digits before the question": reads_prompt(before_question),
+        }
