@@ -95,6 +95,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "train.max_tokens": integer(1, null=True),
     "train.validate_before_fit": boolean(),
     "train.fingerprints": boolean(),
+    "train.stop_at_accuracy": number(ge=0, le=1, null=True),
     "checkpoint.every_n_steps": integer(1, null=True),
     "resume": resume_setting,
     "logger.init_timeout": number(gt=0),
@@ -116,6 +117,7 @@ EVAL_SCHEMA: dict[str, Check] = {
     "eval.device": choice("auto", "cpu", "cuda"),
     "eval.log_wandb": boolean(),
     "eval.task_examples": integer(1),
+    "eval.learned_at": number(ge=0, le=1),
 }
 
 
@@ -214,7 +216,19 @@ def _check_model(config: dict[str, Any]) -> tuple[Any, Any]:
 def _check_task(config: dict[str, Any], scheme: Any) -> Any:
     """A generated task (data=passkey, ...), built: its positions must suit the scheme."""
     if not config["data"].get("task"):
+        if (config.get("train") or {}).get("stop_at_accuracy") is not None:
+            raise ConfigError(
+                "train.stop_at_accuracy needs a generated task (data=needle, copy, ...): a "
+                "corpus has no answer accuracy; remove it or pick a task"
+            )
         return None
+    if (config.get("train") or {}).get("stop_at_accuracy") is not None and (
+        config["data"].get("loss_on") != "answer"
+    ):
+        raise ConfigError(
+            "train.stop_at_accuracy reads val/accuracy, the exact match of the answer, which "
+            "validation scores with data.loss_on=answer only; set data.loss_on=answer"
+        )
     from poslab.instantiate import instantiate_checked
 
     task = instantiate_checked(config["data"]["task"])

@@ -62,6 +62,8 @@ class Grid(Task):
         require("data.task.colors", colors, integer(2))  # refuses true/false too
         require("data.task.shifts", shifts, list_of(integer(-2, 2)))
         self.shifts = list(shifts)
+        # copying one fixed offset gets a whole grid right when the grid has that shift
+        self.shortcut_margin = 1 / len(set(self.shifts)) + 0.1
         self.vocabulary(["<bos>"], [f"c{i}" for i in range(colors)])
         self.color_ids = np.arange(2, 2 + colors)
 

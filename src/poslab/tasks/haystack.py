@@ -162,7 +162,7 @@ class Haystack(Task):
             middle += self.sentence(rng, bool(rng.random() < 0.5), avoid=avoid)
             starts.append(len(middle))
         middle = middle[:middle_size]
-        starts = [s for s in starts if s <= middle_size]
+        starts = sorted({s for s in starts if s < middle_size} | {middle_size})  # depth 1: the end
         # each needle goes to the sentence start nearest its depth of the middle
         places = []
         for depth in depths:
