@@ -68,11 +68,11 @@ def test_the_needle_key_is_stated_at_its_depth_among_other_numbers():
             assert len(where) == 1  # the key appears once; no distractor equals it
             assert 0 < where[0] < len(numbers) - 1  # never the first nor the last number
             if depth == 0.0:
-                assert where[0] == 1  # right after the opening number sentence
+                assert where[0] in (1, 2)  # right after the one or two opening number sentences
             if depth == 1.0:
-                assert where[0] == len(numbers) - 2  # one number sentence still follows
-            # a distractor has the key's length, so the longest number is not the key alone
-            assert sum(len(n) == len(key) for n in numbers) >= 2
+                assert where[0] in (len(numbers) - 2, len(numbers) - 3)  # one or two follow
+            # every number has the key's length: length does not single it out
+            assert all(len(n) == len(key) for n in numbers[1:-1])
 
 
 def test_keys_have_every_length_between_min_and_max_digits():

@@ -7,9 +7,17 @@ answer at the end.
 
 Why the filler holds numbers: with digits only in the needle, "copy the digits before the
 question" or "copy every digit seen" solves the task at any length (the old `passkey` task; a
-CoPE model found it). Here a number sentence always opens the haystack and another always ends
-it, right before the question, so the first, the last and the most recent number are never the
-key; the key's length varies (`min_digits`..`max_digits`), so its length is part of the answer.
+CoPE model found it). Here one or two number sentences always open the haystack and one or two
+end it, right before the question, so the first, the last and the most recent number are never
+the key, and its index among the numbers is not fixed even at depth 0 or 1. Every number of an
+example has the same length, drawn per example (`min_digits`..`max_digits`): keys vary in
+length, but within an example length tells nothing (a review found that framing numbers of the
+answer's length, an earlier design, let "the number of the framing length" score 0.55).
+
+At small L a haystack holds only a handful of numbers, so guessing by index among them (the
+second number, the third from last, ...) scores well above 0.1^digits: those guesses are stated
+shortcuts, and `shortcut_margin` is the stated bound they stay under; the tables' best-shortcut
+row reports the best of them on the examples a model answered.
 
 The shortcut predictors (`Task.shortcuts`) read the prompt the model reads and guess from its
 numbers; a test asserts each scores at most `shortcut_margin` on evaluation examples.
@@ -80,17 +88,19 @@ class Haystack(Task):
         self.full_stop = self.ids["."]
         self.sentences = [s.split() for s in SENTENCES]
         self.number_sentences = [s.split() for s in NUMBER_SENTENCES]
+        self.plain_sentences = [self.encode(s) for s in SENTENCES if "#" not in s]
+        self.example_digits = max_digits  # every number's length; drawn anew for each example
 
     # -- pieces ---------------------------------------------------------------------------------
 
     def number(
         self, rng: np.random.Generator, size: int | None = None, avoid: frozenset = frozenset()
     ) -> list[int]:
-        """A random number of `size` (None: min_digits..max_digits) digits, leading zeros
-        allowed, never one of `avoid` (the answers: a distractor equal to the key would make
-        "the most frequent number" right)."""
+        """A random number of `size` digits (None: the example's number length), leading
+        zeros allowed, never one of `avoid` (the answers: a distractor equal to the key would
+        make "the most frequent number" right)."""
+        n = self.example_digits if size is None else size
         while True:
-            n = int(rng.integers(self.min_digits, self.max_digits + 1)) if size is None else size
             digits = self.digit_ids[rng.integers(0, 10, n)].tolist()
             if tuple(digits) not in avoid:
                 return digits
@@ -141,13 +151,13 @@ class Haystack(Task):
             # short ones are easy to learn from, long ones teach the distances up to L
             length = int(rng.integers(self.min_length(), full + 1))
         condition = dict(condition or {})
+        # one length for every number of the example: within it, length tells nothing
+        self.example_digits = int(rng.integers(self.min_digits, self.max_digits + 1))
         needles, depths, question, answer = self.needles_and_question(rng, condition)
         values = numbers_in(np.asarray(answer), self.digit_set)
         avoid = frozenset(tuple(v.tolist()) for v in values)
-        # the framing numbers have an answer's length, so "the longest number" is not the key
-        sizes = [len(v) for v in values] or [None]
-        first = self.sentence(rng, True, sizes[int(rng.integers(len(sizes)))], avoid)
-        last = self.sentence(rng, True, sizes[int(rng.integers(len(sizes)))], avoid)
+        first = self.sentence(rng, True, avoid=avoid)
+        last = self.sentence(rng, True, avoid=avoid)
         middle_size = (
             length
             + 1
@@ -157,9 +167,20 @@ class Haystack(Task):
             - len(first)
             - len(last)
         )
+        # a second number sentence on either side where it fits, half the time: the key's
+        # index among the numbers is then not fixed at depth 0 or 1
+        for side in ("first", "last"):
+            extra = self.sentence(rng, True, avoid=avoid)
+            if rng.random() < 0.5 and len(extra) <= middle_size:
+                middle_size -= len(extra)
+                first, last = (extra + first, last) if side == "first" else (first, last + extra)
         middle, starts = [], [0]
         while len(middle) < middle_size:
-            middle += self.sentence(rng, bool(rng.random() < 0.5), avoid=avoid)
+            sentence = self.sentence(rng, bool(rng.random() < 0.5), avoid=avoid)
+            if len(middle) + len(sentence) > middle_size:  # the last one is cut short: never
+                # a number, which would be shorter than the others
+                sentence = self.plain_sentences[int(rng.integers(len(self.plain_sentences)))]
+            middle += sentence
             starts.append(len(middle))
         middle = middle[:middle_size]
         starts = sorted({s for s in starts if s < middle_size} | {middle_size})  # depth 1: the end
@@ -228,6 +249,10 @@ class Haystack(Task):
             "the first number": pick(lambda f: f[0]),
             "the most frequent number": pick(most_frequent),
             "the longest number": pick(lambda f: max(f, key=len)),
+            "the second number": pick(lambda f: f[min(1, len(f) - 1)]),
+            "the third number": pick(lambda f: f[min(2, len(f) - 1)]),
+            "the second number from the end": pick(lambda f: f[max(-2, -len(f))]),
+            "the third number from the end": pick(lambda f: f[max(-3, -len(f))]),
             "the tokens before the question": self.tokens_before_question,
         }
 

@@ -1,14 +1,21 @@
 """Single needle in a haystack with numbers (RULER's niah_single with numeric values): a key of
 `min_digits`..`max_digits` digits is stated once at a chosen depth of filler text that holds
-other numbers of the same lengths before and after it; the question closes the example and the
-answer is the key and a full stop (its length is part of the answer):
+other numbers of the key's length before and after it; the question closes the example and the
+answer is the key and a full stop:
 
-    the room is 3 9 . ... the pass key is 4 7 1 . ... there are 5 5 apples .
+    the room is 3 9 1 . ... the pass key is 4 7 1 . ... there are 5 5 0 apples .
     what is the pass key ? 4 7 1 .
 
-Depth 0 puts the key first (the farthest from the question), depth 1 last (one number sentence
-still lies between it and the question). Training draws the depth; evaluation measures every
-depth of `eval_depths`. The shortcut-prone predecessor is `passkey` (no numbers in its filler).
+Depth 0 puts the key first after the one or two opening number sentences (the farthest from the
+question), depth 1 last (one or two number sentences still lie between it and the question).
+Training draws the depth; evaluation measures every depth of `eval_depths`. The shortcut-prone
+predecessor is `passkey` (no numbers in its filler).
+
+Its best shortcut is an index guess (the third number, the second from the end, ...): a
+64-token haystack holds only 4 to 6 numbers and the key is never the first or the last, so such
+a guess is right in up to a third of examples at 64 tokens and about 0.1 from 128 on
+(`shortcut_margin` 0.4 bounds it). The tables print it as the best-shortcut row; a model that
+learned the task at L (accuracy ≥ 0.9) is far above it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ class Needle(Haystack):
         super().__init__(min_digits, max_digits, eval_depths, words=("pass", "key", "what"))
         self.statement = self.encode("the pass key is")
         self.question = self.encode("what is the pass key ?")
+        self.shortcut_margin = 0.4  # an index guess among a short haystack's numbers (above)
 
     def longest_needles(self) -> int:
         key = self.max_digits + 1
