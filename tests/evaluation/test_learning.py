@@ -110,7 +110,7 @@ def test_seeds_merge_into_learned_seeds_and_effective_length_mean_sd():
     assert row["steps_to_learn"] == 500 and row["steps_learned"] == 2
     assert row["shortcut"] == pytest.approx(0.02)
     table = learning_table(merged, "scheme")
-    assert "| rope | 2/3 | 128 ± 128 | 500 ± 353.55 | — |" in table
+    assert "| rope | 2/3 | 128 ± 128 | 500 ± 354 | — |" in table
 
 
 def test_training_stops_at_the_validation_accuracy_and_reports_the_step(tmp_path):

@@ -140,7 +140,9 @@ def task_tables(rows: list[dict], name: str, row_key: str) -> list[str]:
             f"\n### learned at L, effective length ({name})\n",
             f"A run learned the task when its accuracy at L reaches {threshold:g}; its effective "
             f"length is the longest evaluated length up to which accuracy stays ≥ {threshold:g} "
-            "(0: not learned). Only runs that learned are ranked.\n",
+            "(0: not learned). Steps to learn: the step whose validation accuracy first "
+            "reached `train.stop_at_accuracy` (over the seeds that reached it). A row learned "
+            "when every seed did; only such rows are ranked.\n",
             learning_table(rows, row_key),
         ]
     return [
@@ -243,7 +245,15 @@ def learning_table(rows: list[dict], row_key: str) -> str:
             if n > 1
             else {True: "yes", False: "no", None: "not evaluated"}[learned]
         )
-        effective = cell({**r, "status": "ok"}, "effective_length").replace(".00", "")
-        steps = cell({**r, "status": "ok"}, "steps_to_learn").replace(".00", "")
+        effective, steps = whole(r, "effective_length"), whole(r, "steps_to_learn")
         lines.append(f"| {key} | {said} | {effective} | {steps} | {rank.get(key, '—')} |")
     return "\n".join(lines)
+
+
+def whole(row: dict, key: str) -> str:
+    """A count (tokens, steps) as a whole number, ± its sd over seeds where there is one."""
+    value, sd = row.get(key), row.get(f"{key}_sd")
+    if not is_finite(value):
+        return "—"
+    spread = f" ± {sd:,.0f}" if row.get("n_seeds", 1) > 1 and is_finite(sd) else ""
+    return f"{value:,.0f}{spread}"
