@@ -89,6 +89,13 @@ def _is_prose(text: str) -> bool:
     return len(re.sub(r"^[a-zA-Z]*['\"]+|['\"]+$", "", body).split()) > 1
 
 
+# result fields and options that hold a scheme's name as an English word: whether a task run
+# learned its task at L (`eval.learned_at`, the rows' `learned`, `learned_seeds`). Only these
+# exact string literals pass; a NAME `learned` (cfg.learned) is still flagged, but a generic
+# module comparing a scheme to the bare string "learned" would pass unseen.
+NOT_SCHEME_STRINGS = {"learned", "learned_at", "learned_seeds", "steps_learned", "eval.learned_at"}
+
+
 def _scheme_names_in_code(source: str) -> list[str]:
     """Scheme names in NAME and STRING tokens, ignoring comments, docstrings, prose and the module
     paths of `import` / `from … import` statements (importing poslab.positions.rope_scaling
@@ -114,6 +121,8 @@ def _scheme_names_in_code(source: str) -> list[str]:
             if is_docstring:
                 continue
         if tok.type != tokenize.NAME and _is_prose(tok.string):
+            continue
+        if tok.type == tokenize.STRING and tok.string.strip("\"'") in NOT_SCHEME_STRINGS:
             continue
         hits += [f"{tok.start[0]}:{tok.string}" for w in FORBIDDEN if _contains_word(tok.string, w)]
     return hits

@@ -239,11 +239,12 @@ def learning_table(rows: list[dict], row_key: str) -> str:
     ]
     for key, r in first.items():
         n = r.get("n_seeds", 1)
-        learned = r.get("learned")
+        passed = r.get("learned")
+        seeds_passed = r.get("learned_seeds", int(bool(passed)))
         said = (
-            f"{r.get('learned_seeds', int(bool(learned)))}/{n}"
+            f"{seeds_passed}/{n}"
             if n > 1
-            else {True: "yes", False: "no", None: "not evaluated"}[learned]
+            else {True: "yes", False: "no", None: "not evaluated"}[passed]
         )
         effective, steps = whole(r, "effective_length"), whole(r, "steps_to_learn")
         lines.append(f"| {key} | {said} | {effective} | {steps} | {rank.get(key, '—')} |")

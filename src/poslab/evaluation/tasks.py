@@ -139,17 +139,17 @@ def learning_summary(rows: list[dict], train_length: int, threshold: float) -> d
     length scores ≥ threshold (0 when the run did not learn at L)."""
     by_length = {r["length"]: r for r in rows if r["length"] >= train_length}
     at_l = by_length.get(train_length)
-    learned = None
+    passed = None
     if at_l is not None:
-        learned = at_l["status"] == "ok" and at_l.get("accuracy", 0.0) >= threshold
+        passed = at_l["status"] == "ok" and at_l.get("accuracy", 0.0) >= threshold
     effective = 0
-    if learned:
+    if passed:
         for length in sorted(by_length):
             row = by_length[length]
             if row["status"] != "ok" or row.get("accuracy", 0.0) < threshold:
                 break
             effective = length
-    return {"learned_at": threshold, "learned": learned, "effective_length": effective}
+    return {"learned_at": threshold, "learned": passed, "effective_length": effective}
 
 
 def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
