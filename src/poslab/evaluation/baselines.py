@@ -10,7 +10,6 @@ A row a model does not beat is a row that says nothing about positions. Bad inpu
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -18,7 +17,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from hydra.utils import instantiate
 
-from poslab.tasks import EVALUATION, TaskExamples
+from poslab.arguments import OneLineParser
+from poslab.errors import ConfigError
+from poslab.tasks import evaluation_batches
 from poslab.tasks.base import Task, predictor_accuracy
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -30,10 +31,7 @@ def baseline_rows(task: Task, lengths: list[int], examples: int, seed: int) -> l
     rows = []
     for length in lengths:
         task.check_length(length, "--lengths")
-        batch = []
-        for c, condition in enumerate(task.conditions()):
-            made = TaskExamples(task, length, examples, seed, EVALUATION, condition=condition)
-            batch += [made.example(c * examples + i) for i in range(examples)]
+        batch = [e for _, made in evaluation_batches(task, length, examples, seed) for e in made]
         chance = [task.chance(e) for e in batch]
         rows.append(
             {
@@ -66,7 +64,7 @@ def markdown(rows: list[dict], title: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="scripts/baselines.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--lengths",
         type=int,
@@ -81,8 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         help="examples per length and condition (default: eval.task_examples)",
     )
     parser.add_argument("--seed", type=int, default=None, help="default: the config's seed")
-    args, overrides = parser.parse_known_args(argv)
     try:
+        args, overrides = parser.parse_known_args(argv)
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose("train", overrides=overrides)
         if "task" not in cfg.data:
@@ -95,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         examples = args.examples or int(cfg.eval.task_examples)
         seed = int(cfg.seed if args.seed is None else args.seed)
         rows = baseline_rows(task, lengths, examples, seed)
-    except (HydraException, ValueError) as error:
+    except (HydraException, ConfigError, ValueError) as error:
         print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
         raise SystemExit(2) from None
     print(markdown(rows, str(cfg.data.name)), end="")

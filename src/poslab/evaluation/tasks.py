@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from poslab.evaluation.plan import EvalPlan, corpus_options_set
 from poslab.precision import AUTOCAST_DTYPE
-from poslab.tasks import EVALUATION, TaskExamples
+from poslab.tasks import evaluation_batches
 from poslab.tasks.base import Example, best_shortcut, score
 
 log = logging.getLogger(__name__)
@@ -158,14 +158,12 @@ def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
     task, length = plan.task, row["length"]
     examples, seed = int(plan.eval_cfg.task_examples), int(plan.model_config["seed"])
     batch_size = plan.eval_cfg.batch_size or max(1, 8192 // length)
-    conditions = task.conditions()
+    batches = evaluation_batches(task, length, examples, seed)
     started = time.perf_counter()
     by_condition, sums = [], {"accuracy": 0.0, "token_accuracy": 0.0, "loss": 0.0}
     tokens = 0
     chances, every_example = [], []
-    for c, condition in enumerate(conditions):
-        made = TaskExamples(task, length, examples, seed, EVALUATION, condition=condition)
-        batch = [made.example(c * examples + i) for i in range(examples)]
+    for condition, batch in batches:
         chances += [task.chance(e) for e in batch]
         every_example += batch
         dtype = AUTOCAST_DTYPE[plan.precision]
@@ -177,13 +175,13 @@ def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
         tokens += result["tokens"]
         bar.update(1)
     seconds = time.perf_counter() - started
-    scored = examples * len(conditions)
+    scored = examples * len(batches)
     shortcut = best_shortcut(task, every_example)  # the same examples the model answered
     loss = sums["loss"] / max(tokens, 1)
     row = {
         **row,
-        "accuracy": sums["accuracy"] / len(conditions),
-        "token_accuracy": sums["token_accuracy"] / len(conditions),
+        "accuracy": sums["accuracy"] / len(batches),
+        "token_accuracy": sums["token_accuracy"] / len(batches),
         "loss": loss,
         "ppl": math.exp(loss) if math.isfinite(loss) else math.nan,
         "chance": sum(c[0] for c in chances) / len(chances),
@@ -195,7 +193,7 @@ def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
         "tokens": tokens,
         "seconds": seconds,
         "tokens_per_s": scored * length / seconds,
-        "by_condition": by_condition if len(conditions) > 1 else None,
+        "by_condition": by_condition if len(batches) > 1 else None,
     }
     if not math.isfinite(loss):
         row["status"] = "nonfinite"

@@ -71,6 +71,18 @@ class TaskExamples(Dataset):
         return inputs, targets_of(example, self.loss_on), positions
 
 
+def evaluation_batches(
+    task: Task, length: int, examples: int, seed: int
+) -> list[tuple[dict | None, list[Example]]]:
+    """What an evaluation scores at `length`: `examples` fresh examples under each of the
+    task's conditions, as (condition, examples); the same for the model and its baselines."""
+    batches = []
+    for c, condition in enumerate(task.conditions()):
+        made = TaskExamples(task, length, examples, seed, EVALUATION, condition=condition)
+        batches.append((condition, [made.example(c * examples + i) for i in range(examples)]))
+    return batches
+
+
 class TaskDataModule(L.LightningDataModule):
     """Train/validation examples of a generated task at the training length `seq_len`."""
 
