@@ -381,22 +381,24 @@ def test_runs_alike_in_every_option_including_seed_keep_their_folder_labels(tmp_
     assert {r["scheme"] for r in rows} == {"rope [a]", "rope [b]"}
 
 
-def test_shape_checks_use_the_seed_means_and_say_when_a_margin_is_within_the_spread():
+def test_shape_checks_state_n_and_the_interval_and_say_when_it_holds_the_line():
     rows = shape_rows({"sinusoidal": 5.0, "rope": 1.12, "alibi": 0.97, "t5": 1.1})
     for r in rows:
         if r["factor"] == 8.0:  # merged over 3 seeds: mean of the seeds' ratios and their sd
             sd = {"rope": 0.05, "t5": 0.01}.get(r["scheme"], 0.001)
             r.update(n_seeds=3, ratio=r["ppl"] / 100.0, ratio_sd=sd)
     checks = "\n".join(shape_checks(rows))
+    # rope: 1.12 ± t(0.975, 2) · 0.05 / √3 = 1.12 ± 0.124, which holds the 1.10 line
     assert (
-        "- [x] rope ppl at 8× clearly (≥ 10%) above its own at 1× (ratio 1.12 ± 0.05); "
-        "within the spread over seeds" in checks
+        "- [x] rope ppl at 8× clearly (≥ 10%) above its own at 1× (ratio 1.12 [1.00, 1.24], "
+        "n = 3); its 95% CI holds the line: not settled at these seeds" in checks
     )
-    assert "(ratio 0.97 ± 0.00)" in checks and "0.97 ± 0.00); within" not in checks
-    assert (
-        "- [x] t5 ratio at 8× between alibi and rope (0.97 ± 0.00 ≤ 1.10 ± 0.01 ≤ 1.12 ± "
-        "0.05); within the spread over seeds" in checks
-    )
+    assert "(ratio 0.97 [0.97, 0.97], n = 3)\n" in checks + "\n"
+    # t5 between alibi and rope, but rope − t5 (Welch, 3 vs 3 seeds) is not distinguishable
+    t5_line = next(line for line in checks.splitlines() if "t5 ratio" in line)
+    assert t5_line.startswith("- [x] t5 ratio at 8× between alibi and rope (0.97 [0.97, 0.97]")
+    assert "rope − t5 +0.020 [" in t5_line and t5_line.endswith("not distinguishable")
+    assert "t5 − alibi" not in t5_line  # that difference is clear
 
 
 def test_runs_that_differ_in_any_setting_besides_the_seed_are_not_merged(tmp_path):

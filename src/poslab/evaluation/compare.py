@@ -10,6 +10,7 @@ from typing import Any
 
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
+from poslab.evaluation.intervals import Interval
 from poslab.evaluation.tables import fmt, is_finite, is_nonfinite, markdown
 
 # poslab.evaluation.files and .seeds (matplotlib) are imported where they are used: the
@@ -144,18 +145,26 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
                     labels[i], seeds[i] = folders[i], None
                 break
     configurations: dict[str, list[tuple[Any, list[dict]]]] = {}
-    for label, seed, rows in zip(labels, seeds, rows_of, strict=True):
+    for i, (label, seed, rows) in enumerate(zip(labels, seeds, rows_of, strict=True)):
         if rows:
             name = f"{rows[0]['scheme']} [{label}]" if label else rows[0]["scheme"]
+            if seed is None:  # a run of its own: its seed still pairs it with other schemes
+                seed = (run_options(runs[i]) or {}).get("seed")
             configurations.setdefault((name, rows[0].get("task")), []).append((seed, rows))
-    from poslab.evaluation.seeds import merge_seeds
+    from poslab.evaluation.seeds import merge_seeds, per_seed_values
 
     merged = []
     for (name, _), members in configurations.items():
         if len(members) > 1:
             merged += merge_seeds(sorted(members, key=lambda m: (len(str(m[0])), str(m[0]))), name)
-        else:
-            merged += [{**r, "scheme": name} for r in members[0][1]]
+            continue
+        seed, rows = members[0]
+        kept = per_seed_values([(seed, rows)]) if seed is not None else {}
+        for r in rows:  # rows read back from a comparison.json keep the per_seed they hold
+            per_seed = r.get("per_seed") or kept.get((r["mode"], r["length"]))
+            # a results file of several schemes (a comparison.json read back) keeps their names
+            scheme = name if name != rows[0]["scheme"] else r["scheme"]
+            merged.append({**r, "scheme": scheme, **({"per_seed": per_seed} if per_seed else {})})
     return merged
 
 
@@ -261,12 +270,33 @@ def ratio(rows: list[dict], scheme: str, mode: str, factor: float) -> float | No
     return at[factor] / at[1.0]
 
 
-def ratio_spread(rows: list[dict], scheme: str, mode: str, factor: float) -> float | None:
-    """The sd over seeds of `scheme`'s ratio at `factor`× (rows merged over seeds), else None."""
-    for r in rows:
-        if (r["scheme"], r["mode"], r.get("factor")) == (scheme, mode, factor):
-            return r.get("ratio_sd") if r.get("n_seeds", 1) > 1 else None
-    return None
+def row_at(rows: list[dict], scheme: str, mode: str, factor: float) -> dict | None:
+    """`scheme`'s row at `factor`× the training length in `mode`, else None."""
+    return next(
+        (x for x in rows if (x["scheme"], x["mode"], x.get("factor")) == (scheme, mode, factor)),
+        None,
+    )
+
+
+def ratio_interval(rows: list[dict], scheme: str, mode: str, factor: float) -> Interval | None:
+    """`scheme`'s ratio at `factor`× with its 95% t interval over seeds: from the seeds' own
+    ratios where the row kept them, else from its mean ± sd; n = 1 without spread; None when
+    there is no ratio."""
+    from poslab.evaluation.intervals import t_interval, t_quantile
+
+    value = ratio(rows, scheme, mode, factor)
+    if value is None:
+        return None
+    x = row_at(rows, scheme, mode, factor)
+    if x is not None:
+        kept = (x.get("per_seed") or {}).get("ratio") or {}
+        if len(kept) > 1:
+            return t_interval(list(kept.values()))
+        n, sd = x.get("n_seeds", 1), x.get("ratio_sd")
+        if n > 1 and is_finite(sd):
+            half = t_quantile(0.975, n - 1) * sd / n**0.5
+            return Interval(value, value - half, value + half, n)
+    return Interval(value, None, None, 1)
 
 
 def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str | None:
@@ -319,42 +349,60 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
             checks.append((text + note(), bool(ok()), ""))
 
     f = f"{factor:g}×"
-    sd = {s: ratio_spread(rows, s, mode, factor) for s in schemes}
+    interval = {s: ratio_interval(rows, s, mode, factor) for s in schemes}
 
     def shown(s: str) -> str:
-        return fmt(r[s]) + (f" ± {fmt(sd[s])}" if sd[s] is not None else "")
+        i = interval[s]
+        if i is None or i.low is None:
+            return f"{fmt(r[s])}, n = 1"
+        return f"{fmt(r[s])} [{fmt(i.low)}, {fmt(i.high)}], n = {i.n}"
 
-    def near(gap: float, *names: str) -> str:
-        """A note when a margin is smaller than the seeds' spread of the ratios involved."""
-        spread = sum(sd[s] or 0.0 for s in names)
-        return "; within the spread over seeds" if spread and abs(gap) <= spread else ""
+    def near(line: float, name: str) -> str:
+        """A note when the ratio's 95% interval holds the check's line: not settled."""
+        i = interval[name]
+        if i is None or i.low is None or not (i.low <= line <= i.high):
+            return ""
+        return "; its 95% CI holds the line: not settled at these seeds"
+
+    def between_note() -> str:
+        """Whether t5's place between alibi and rope rests on distinguishable differences."""
+        notes = []
+        for low, high in (("alibi", "t5"), ("t5", "rope")):
+            rows_at = {s: row_at(rows, s, mode, factor) for s in (low, high)}
+            if None in rows_at.values():
+                continue
+            pair = [
+                {**x, "ratio": r[s]} if "ratio" not in x else x for s, x in rows_at.items()
+            ]
+            d = difference(pair[1], pair[0], "ratio")
+            if d is not None and d.distinguishable is False:
+                notes.append(f"{high} − {low} {difference_cell(d, 3)}")
+        return "; " + "; ".join(notes) if notes else ""
 
     add(
         f"sinusoidal ppl at {f} ≥ 3× its own at 1× (ratio {shown('sinusoidal')})",
         ("sinusoidal",),
         lambda: r["sinusoidal"] >= 3.0,
-        lambda: near(r["sinusoidal"] - 3.0, "sinusoidal"),
+        lambda: near(3.0, "sinusoidal"),
     )
     add(
         f"rope ppl at {f} clearly (≥ 10%) above its own at 1× (ratio {shown('rope')})",
         ("rope",),
         lambda: r["rope"] >= 1.10,
-        lambda: near(r["rope"] - 1.10, "rope"),
+        lambda: near(1.10, "rope"),
     )
     add(
         f"alibi ppl at {f} within 5% of, or below, its own at 1× (ratio {shown('alibi')})",
         ("alibi",),
         lambda: r["alibi"] <= 1.05,
-        lambda: near(r["alibi"] - 1.05, "alibi"),
+        lambda: near(1.05, "alibi"),
     )
     add(
         f"t5 ratio at {f} between alibi and rope ({shown('alibi')} ≤ {shown('t5')} ≤ "
         f"{shown('rope')})",
         ("t5", "rope", "alibi"),
         lambda: r["alibi"] <= r["t5"] <= r["rope"],
-        lambda: (
-            near(r["t5"] - r["alibi"], "t5", "alibi") or near(r["rope"] - r["t5"], "rope", "t5")
-        ),
+        between_note,
     )
     return [
         f"- [n/a] {text}: not applicable, {reason}"
@@ -364,9 +412,121 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
     ]
 
 
-def compare(paths: list[str | Path], out: str | Path, title: str | None = None) -> list[dict]:
-    """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows. Paths that
-    do not exist or hold no results are a ConfigError (one line: which folder, what to pass)."""
+def difference(row: dict, base: dict, metric: str) -> Interval | None:
+    """`row` − `base` in `metric`, paired by seed where both kept per-seed values (`per_seed`),
+    else Welch's interval from the rows' mean ± sd over seeds, else None."""
+    from poslab.evaluation.intervals import paired_difference, welch_from_summaries
+
+    if "nonfinite" in (row["status"], base["status"]) or not all(
+        r["status"] == "ok" for r in (row, base)
+    ):
+        return None
+    mine, theirs = (r.get("per_seed", {}).get(metric) for r in (row, base))
+    if mine and theirs:
+        return paired_difference(mine, theirs)
+    summaries = [
+        (r.get(metric), r.get(f"{metric}_sd"), r.get("n_seeds", 1)) for r in (row, base)
+    ]
+    if all(is_finite(m) and is_finite(sd) for m, sd, _ in summaries):
+        return welch_from_summaries(*summaries)
+    if all(is_finite(m) for m, _, _ in summaries):  # a one-seed side: the difference alone
+        return Interval(summaries[0][0] - summaries[1][0], None, None, 1)
+    return None
+
+
+def signed(value: float, digits: int) -> str:
+    return f"{value:+,.{digits}f}".replace("-", "−")
+
+
+def difference_cell(interval: Interval | None, digits: int = 2) -> str:
+    """"+3.10 [+1.20, +5.00]"; "… not distinguishable" when the interval holds 0; "+3.10 (no
+    CI)" for one seed; "—" without a difference."""
+    if interval is None:
+        return "—"
+    if interval.low is None or interval.high is None:
+        return f"{signed(interval.mean, digits)} (no CI)"
+    text = (
+        f"{signed(interval.mean, digits)} [{signed(interval.low, digits)}, "
+        f"{signed(interval.high, digits)}]"
+    )
+    return text if interval.distinguishable else f"{text} not distinguishable"
+
+
+def differences(rows: list[dict], baseline: str, mode: str) -> str:
+    """A Markdown section: each scheme's difference to the `baseline` row at every evaluated
+    length (perplexity, or accuracy for a task) and in its ratio at the longest length, with a
+    95% interval: paired by seed where both rows kept their seeds' values, else Welch's
+    unpaired interval from mean ± sd (said per row)."""
+    sub = [r for r in rows if r["mode"] == mode]
+    metric = "accuracy" if any(r.get("task") for r in sub) else "ppl"
+    cells = {(r["scheme"], r["length"]): r for r in sub}
+    lengths = sorted({r["length"] for r in sub})
+    schemes = [s for s in dict.fromkeys(r["scheme"] for r in sub) if s != baseline]
+    longest = max(
+        (n for n in lengths if (baseline, n) in cells and cells[baseline, n].get("factor")),
+        default=None,
+    )
+    ratio_column = metric == "ppl" and longest is not None and longest != min(lengths)
+    head = f"| scheme | seeds | {' | '.join(str(n) for n in lengths)} |"
+    if ratio_column:
+        factor = cells[baseline, longest]["factor"]
+        head += f" ratio {factor:g}× ÷ 1× |"
+    else:
+        factor = 1.0
+    lines = [head, "|---" * (len(lengths) + 2 + ratio_column) + "|"]
+    for scheme in schemes:
+        found = [
+            difference(cells[scheme, n], cells[baseline, n], metric)
+            if (scheme, n) in cells and (baseline, n) in cells
+            else None
+            for n in lengths
+        ]
+        if ratio_column and (scheme, longest) in cells:
+            # a one-seed row keeps no ratio field: its own ppl at the longest length over 1×
+            pair = [
+                {**cells[s, longest], "ratio": ratio(sub, s, mode, factor)}
+                if "ratio" not in cells[s, longest]
+                else cells[s, longest]
+                for s in (scheme, baseline)
+            ]
+            found.append(difference(*pair, "ratio"))
+        elif ratio_column:
+            found.append(None)
+        if not any(found):
+            continue
+        first = next(i for i in found if i is not None)
+        pairing = (
+            f"{first.n} paired"
+            if first.paired and first.n > 1
+            else f"{first.n} unpaired"
+            if not first.paired
+            else "1"
+        )
+        digits = [2 if metric == "ppl" else 3] * len(lengths) + [3] * ratio_column
+        texts = [difference_cell(i, d) for i, d in zip(found, digits, strict=True)]
+        lines.append(f"| {scheme} | {pairing} | {' | '.join(texts)} |")
+    what = "perplexity" if metric == "ppl" else "accuracy (whole answer)"
+    return (
+        f"\n\n### difference to {baseline} ({mode}): {what}, mean [95% CI]\n\n"
+        f"Each scheme minus {baseline} at the same length. \"paired\": the per-seed differences "
+        "over the seeds both ran, with a Student-t interval (n − 1 degrees of freedom); "
+        "\"unpaired\": the rows kept no per-seed values or share fewer than two seeds, so "
+        "Welch's interval from their mean ± sd. A difference whose interval holds 0 is "
+        "\"not distinguishable\" at these seeds; a one-seed row has no interval "
+        "(\"no CI\").\n\n" + "\n".join(lines)
+    )
+
+
+def compare(
+    paths: list[str | Path],
+    out: str | Path,
+    title: str | None = None,
+    baseline: str | None = None,
+) -> list[dict]:
+    """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows. With
+    `baseline` (a row's scheme label) the report adds every other row's difference to it, with
+    95% intervals (`differences`). Paths that do not exist or hold no results, or a baseline
+    that is no row, are a ConfigError (one line: which folder or name, what to pass)."""
     names = ", ".join(str(p) for p in paths) or "(no path given)"
     missing = [str(p) for p in paths if not Path(p).exists()]
     if missing:
@@ -377,6 +537,12 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
     rows = label_rows(results, for_report=True)
     if not rows:
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    if baseline is not None and baseline not in schemes:
+        raise ConfigError(
+            f"--baseline {baseline!r} is no row of these results; pass one of: "
+            + ", ".join(repr(s) for s in schemes)
+        )
     out = Path(out)
     check_writable(out, "--out")
     from poslab.evaluation.files import write_reports
@@ -399,6 +565,9 @@ def compare(paths: list[str | Path], out: str | Path, title: str | None = None) 
         if checks:
             text += f"\n\n### the ALiBi paper's shape ({mode}, 8× the training length)\n\n"
             text += "\n".join(checks)
+    if baseline is not None:
+        for mode in dict.fromkeys(r["mode"] for r in rows):
+            text += differences(rows, baseline, mode)
     # loss by position: each scheme at its longest evaluated length, first mode only
     mode0 = rows[0]["mode"]
     longest: dict[str, dict] = {}
@@ -427,5 +596,11 @@ def main(argv: list[str] | None = None) -> None:
         help="folder for comparison.{md,csv,json,png} (default: <first path>/comparison)",
     )
     parser.add_argument("--title", default=None)
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="a row (scheme label) to which every other row's difference is given, paired by "
+        "seed, with a 95%% confidence interval",
+    )
     args = parser.parse_args(argv)
-    compare(args.paths, args.out or default_out(args.paths), args.title)
+    compare(args.paths, args.out or default_out(args.paths), args.title, args.baseline)

@@ -70,8 +70,20 @@ def mean_conditions(rows: list[dict]) -> list[dict] | None:
 
 def seed_ratios(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, list[float]]:
     """(mode, length) -> each seed's perplexity there over its own at the training length."""
-    ratios: dict[tuple, list[float]] = {}
-    for _, rows in runs:
+    return {
+        key: list(by_seed.values()) for key, by_seed in seed_ratios_by_seed(runs).items()
+    }
+
+
+# the metrics kept seed by seed in a row's `per_seed` (what a paired comparison reads)
+PER_SEED = ("ppl", "loss", "accuracy", "token_accuracy")
+
+
+def seed_ratios_by_seed(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, dict[str, float]]:
+    """(mode, length) -> {seed: that seed's perplexity there over its own at the training
+    length}."""
+    ratios: dict[tuple, dict[str, float]] = {}
+    for seed, rows in runs:
         at_one = {
             r["mode"]: r["ppl"]
             for r in rows
@@ -82,8 +94,29 @@ def seed_ratios(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, list[float]]:
         }
         for r in rows:
             if r["mode"] in at_one and r["status"] == "ok" and is_finite(r.get("ppl")):
-                ratios.setdefault((r["mode"], r["length"]), []).append(r["ppl"] / at_one[r["mode"]])
+                ratios.setdefault((r["mode"], r["length"]), {})[str(seed)] = (
+                    r["ppl"] / at_one[r["mode"]]
+                )
     return ratios
+
+
+def per_seed_values(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, dict[str, dict]]:
+    """(mode, length) -> {metric: {seed: value}} for PER_SEED and `ratio`, over the runs whose
+    row there is ok and finite: what lets a later comparison pair two schemes seed by seed
+    (kept in the rows as `per_seed`, so a committed comparison.json can still be paired)."""
+    values: dict[tuple, dict[str, dict]] = {}
+    for seed, rows in runs:
+        for r in rows:
+            if r["status"] != "ok" or is_nonfinite(r):
+                continue
+            cell = values.setdefault((r["mode"], r["length"]), {})
+            for metric in PER_SEED:
+                if is_finite(r.get(metric)):
+                    cell.setdefault(metric, {})[str(seed)] = r[metric]
+    for key, by_seed in seed_ratios_by_seed(runs).items():
+        if key in values:
+            values[key]["ratio"] = by_seed
+    return values
 
 
 def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
@@ -95,6 +128,7 @@ def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
         for r in rows:
             cells.setdefault((r["mode"], r["length"]), []).append((seed, r))
     ratios = seed_ratios(runs)
+    kept = per_seed_values(runs)
     merged = []
     for key, seeded in cells.items():
         rows = [r for _, r in seeded]
@@ -117,6 +151,9 @@ def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
             if buckets:
                 row["loss_by_position"] = buckets
             row["by_condition"] = mean_conditions(rows)
+            row["per_seed"] = kept.get(key, {})
+            if is_finite(rows[0].get("examples")):  # what an accuracy's interval counts
+                row["examples_pooled"] = sum(r.get("examples") or 0 for r in rows)
         else:
             row["status"] = next(r["status"] for r in rows if r["status"] != "ok")
         if "learned" in rows[0]:

@@ -44,9 +44,33 @@ def cell(row: dict | None, value: str) -> str:
         return NONFINITE
     if row.get("status") != "ok":
         return str(row.get("status"))
+    text = fmt(row.get(value))
     if row.get("n_seeds", 1) > 1 and is_finite(row.get(f"{value}_sd")):
-        return f"{fmt(row.get(value))} ± {fmt(row[f'{value}_sd'])}"
-    return fmt(row.get(value))
+        text += f" ± {fmt(row[f'{value}_sd'])}"
+    if value == "accuracy":
+        text += wilson_text(row)
+    return text
+
+
+def examples_scored(row: dict) -> int | None:
+    """The examples behind a row's accuracy, over all its seeds (each seed scores `examples`)."""
+    if is_finite(row.get("examples_pooled")):
+        return int(row["examples_pooled"])
+    if is_finite(row.get("examples")):
+        return int(row["examples"]) * int(row.get("n_seeds", 1))
+    return None
+
+
+def wilson_text(row: dict) -> str:
+    """" [0.81, 0.93]": the 95% Wilson interval of an accuracy over the examples scored (pooled
+    over seeds); "" for a row without an example count (the baseline rows)."""
+    from poslab.evaluation.intervals import wilson_interval
+
+    n = examples_scored(row)
+    if not is_finite(row.get("accuracy")) or not n:
+        return ""
+    low, high = wilson_interval(row["accuracy"] * n, n)
+    return f" [{low:.2f}, {high:.2f}]"
 
 
 def seeds_note(rows: list[dict]) -> str:
@@ -148,6 +172,9 @@ def task_tables(rows: list[dict], name: str, row_key: str) -> list[str]:
     return [
         *parts,
         f"\n### accuracy: the whole answer right ({name})\n",
+        "Cells: accuracy (± sd over seeds where merged) [95% Wilson interval over the examples "
+        "scored, pooled over seeds: the uncertainty from the number of examples, not from "
+        "seeds].\n",
         markdown_table(shown + baselines, "accuracy", row_key),
         f"\n### token accuracy: answer tokens right ({name})\n",
         markdown_table(shown + baselines, "token_accuracy", row_key),

@@ -1,0 +1,178 @@
+"""Confidence intervals (poslab.evaluation.intervals) and the paired differences that
+`scripts/compare.py --baseline` reports."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from poslab.evaluation.compare import compare, main
+from poslab.evaluation.intervals import (
+    paired_difference,
+    t_interval,
+    t_quantile,
+    welch_from_summaries,
+    welch_interval,
+    wilson_interval,
+)
+from poslab.evaluation.tables import cell
+
+# two-sided 95% points of Student's t (any statistics table)
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 9: 2.262, 30: 2.042, 1000: 1.962}
+
+
+@pytest.mark.parametrize("df", sorted(T_975))
+def test_t_quantile_matches_the_tables(df):
+    assert t_quantile(0.975, df) == pytest.approx(T_975[df], abs=1e-3)
+    assert t_quantile(0.025, df) == pytest.approx(-T_975[df], abs=1e-3)
+
+
+def test_t_quantile_matches_scipy_at_fractional_degrees_of_freedom():
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1.3, 2.7, 5.5, 17.2):
+        for p in (0.6, 0.9, 0.975, 0.995):
+            assert t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-8)
+
+
+def test_t_interval_is_mean_plus_minus_t_times_the_standard_error():
+    values = [1.0, 2.0, 4.0]
+    got = t_interval(values)
+    half = 4.302652729911275 * statistics.stdev(values) / math.sqrt(3)
+    assert (got.mean, got.low, got.high, got.n) == pytest.approx(
+        (7 / 3, 7 / 3 - half, 7 / 3 + half, 3)
+    )
+    one = t_interval([5.0])
+    assert (one.mean, one.low, one.high, one.distinguishable) == (5.0, None, None, None)
+
+
+def test_pairing_by_seed_removes_the_seeds_shared_level():
+    # seeds move both schemes alike (levels 10, 20, 30); the scheme is always ~1 worse
+    baseline = {"1": 10.0, "2": 20.0, "3": 30.0}
+    scheme = {"1": 11.0, "2": 21.2, "3": 30.9}
+    paired = paired_difference(scheme, baseline)
+    assert paired.paired and paired.n == 3
+    assert paired.mean == pytest.approx(1.0333333)
+    assert paired.distinguishable is True and paired.low > 0
+    # the same numbers unpaired: the seeds' spread swamps the difference
+    unpaired = welch_interval(list(scheme.values()), list(baseline.values()))
+    assert not unpaired.paired and unpaired.distinguishable is False
+
+
+def test_paired_difference_falls_back_to_welch_then_to_one_seed_then_none():
+    welch = paired_difference({"1": 1.0, "2": 2.0}, {"3": 0.0, "4": 0.5})
+    assert not welch.paired and welch.mean == pytest.approx(1.25)
+    one = paired_difference({"1": 3.0}, {"1": 1.0, "2": 5.0})
+    assert (one.mean, one.low, one.n) == (2.0, None, 1)
+    assert paired_difference({"1": 3.0}, {"2": 1.0}) is None
+
+
+def test_welch_from_summaries_equals_welch_from_values():
+    a, b = [1.0, 2.0, 3.5], [0.1, 0.5, 0.2, 0.3]
+    from_values = welch_interval(a, b)
+    from_summaries = welch_from_summaries(
+        (statistics.fmean(a), statistics.stdev(a), 3), (statistics.fmean(b), statistics.stdev(b), 4)
+    )
+    assert (from_values.low, from_values.high) == pytest.approx(
+        (from_summaries.low, from_summaries.high)
+    )
+    # scipy's Welch test gives the same interval
+    stats = pytest.importorskip("scipy.stats")
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval()
+    assert (from_values.low, from_values.high) == pytest.approx((ci.low, ci.high))
+
+
+def test_wilson_interval_stays_in_0_1_and_matches_the_formula():
+    assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    low, high = wilson_interval(0, 20)
+    assert low == 0.0 and 0.1 < high < 0.2  # not the normal approximation's [0, 0]
+    low, high = wilson_interval(20, 20)
+    assert high == 1.0 and 0.8 < low < 0.9
+    assert wilson_interval(0, 0) is None
+
+
+def test_an_accuracy_cell_carries_its_wilson_interval_over_the_pooled_examples():
+    row = {"status": "ok", "accuracy": 0.5, "accuracy_sd": 0.1, "n_seeds": 2, "examples": 5}
+    # two seeds of 5 examples: the interval of 5 / 10
+    assert cell(row, "accuracy") == "0.50 ± 0.10 [0.24, 0.76]"
+    assert cell({"status": "ok", "accuracy": 0.5}, "accuracy") == "0.50"  # a baseline row
+
+
+# ---------------------------------------------------------------- compare.py --baseline
+
+
+def seeded_run(folder: Path, scheme: str, ppls: list[float], seed: int) -> Path:
+    """A run folder as a training sweep leaves it: results at 64, 128, 256 and its config."""
+    rows = [
+        {
+            "scheme": scheme,
+            "mode": "nonoverlapping",
+            "length": 64 * 2**i,
+            "train_length": 64,
+            "factor": float(2**i),
+            "split": "validation",
+            "status": "ok",
+            "ppl": p,
+            "loss": math.log(p),
+        }
+        for i, p in enumerate(ppls)
+    ]
+    (folder / "extrapolation").mkdir(parents=True)
+    (folder / "extrapolation" / "extrapolation.json").write_text(json.dumps(rows))
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "config.yaml").write_text(f"seed: {seed}\npos:\n  _target_: {scheme}\n")
+    return folder
+
+
+def three_seeds(tmp_path: Path) -> None:
+    levels = {1: 100.0, 2: 110.0, 3: 120.0}  # a seed moves every scheme alike
+    for seed, level in levels.items():
+        seeded_run(tmp_path / f"rope{seed}", "rope", [level, level + 10, level + 30], seed)
+        # alibi: 2 better everywhere; t5: the same as rope at 1x, then ±0.5 by seed
+        seeded_run(tmp_path / f"alibi{seed}", "alibi", [level - 2, level + 8, level + 28], seed)
+        wobble = (-0.5, 0.5, 0.0)[seed - 1]
+        seeded_run(tmp_path / f"t5{seed}", "t5", [level, level + 10 + wobble, level + 30], seed)
+
+
+def test_compare_with_a_baseline_prints_paired_differences_with_intervals(tmp_path, capsys):
+    three_seeds(tmp_path / "runs")
+    compare([tmp_path / "runs"], tmp_path / "out", baseline="rope")
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert text == capsys.readouterr().out.split("\n\nwrote comparison")[0] + "\n"
+    assert "### difference to rope (nonoverlapping): perplexity, mean [95% CI]" in text
+    lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    # alibi − rope is −2 in every seed: an interval of zero width, distinguishable
+    assert lines["| alibi"].startswith("| alibi | 3 paired | −2.00 [−2.00, −2.00] |")
+    # t5 at 128: −0.5, +0.5, 0 -> mean 0, not distinguishable; the 1x cells equal rope's
+    assert "+0.00 [−1.24, +1.24] not distinguishable" in lines["| t5"]
+    assert "| rope | 3 paired" not in text  # the baseline has no row of its own
+    # the merged rows keep each seed's values, so the committed json can be paired again
+    rows = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    alibi = next(r for r in rows if r["scheme"] == "alibi" and r["length"] == 128)
+    assert alibi["per_seed"]["ppl"] == {"1": 108.0, "2": 118.0, "3": 128.0}
+    compare([tmp_path / "out" / "comparison.json"], tmp_path / "again", baseline="rope")
+    again = (tmp_path / "again" / "comparison.md").read_text()
+    assert again.split("### difference to rope")[1] == text.split("### difference to rope")[1]
+
+
+def test_a_one_seed_row_gets_its_difference_without_an_interval(tmp_path):
+    three_seeds(tmp_path / "runs")
+    seeded_run(tmp_path / "runs" / "nope1", "nope", [101.0, 115.0, 140.0], 1)
+    compare([tmp_path / "runs"], tmp_path / "out", baseline="rope")
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    nope = next(line for line in text.splitlines() if line.startswith("| nope | 1 |"))
+    assert nope.startswith("| nope | 1 | +1.00 (no CI) | +5.00 (no CI) | +10.00 (no CI) |")
+
+
+def test_a_baseline_that_is_no_row_is_one_line_naming_the_rows(tmp_path, capsys):
+    three_seeds(tmp_path / "runs")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--baseline", "xpos"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "--baseline 'xpos' is no row" in err and "'alibi'" in err and "'rope'" in err
+    assert not (tmp_path / "out").exists()
