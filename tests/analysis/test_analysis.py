@@ -327,3 +327,47 @@ def test_theta_ratios_of_learnable_checkpoints(corpus, tmp_path, capsys):
     with pytest.raises(SystemExit):  # a fixed θ has nothing to show: one line, exit 2
         main(["theta", str(fixed), "--out", str(out)])
     assert "no learnable θ" in capsys.readouterr().err
+
+
+def test_t5_bucket_shares_count_every_causal_pair():
+    from poslab.analysis.t5_buckets import bucket_shares
+    from poslab.positions.t5 import t5_bucket
+
+    for length, max_distance in ((128, 128), (300, 32)):
+        counts = np.zeros(32)
+        for q in range(length):  # every causal (query, key) pair, one by one
+            keys = torch.arange(q + 1)
+            np.add.at(counts, t5_bucket(q - keys, 32, max_distance).numpy(), 1)
+        np.testing.assert_allclose(bucket_shares(length, 32, max_distance), counts / counts.sum())
+    # the last bucket (distances ≥ 113 with max_distance 128): rare at L = 128, most pairs at
+    # 16 L; the ALiBi paper's L = 512 with the same 128 puts 61% of its training pairs there,
+    # as max_distance = 32 does at L = 128
+    assert bucket_shares(128, 32, 128)[-1] == pytest.approx(0.0145, abs=1e-4)
+    assert bucket_shares(2048, 32, 128)[-1] == pytest.approx(0.8927, abs=1e-4)
+    assert bucket_shares(512, 32, 128)[-1] == pytest.approx(0.6076, abs=1e-4)
+    assert bucket_shares(128, 32, 32)[-1] == pytest.approx(0.5757, abs=1e-4)
+
+
+def test_t5_analysis_reads_the_learned_table_of_a_checkpoint(corpus, tmp_path, capsys):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    write_checkpoint(tmp_path / "t5.ckpt", "t5", corpus, cache)
+    ckpt = torch.load(tmp_path / "t5.ckpt", weights_only=True)
+    table = ckpt["state_dict"]["model.pos.bias"]
+    ckpt["state_dict"]["model.pos.bias"] = torch.arange(table.numel()).reshape(table.shape) * 0.1
+    torch.save(ckpt, tmp_path / "t5.ckpt")
+    main(["t5", str(tmp_path / "t5.ckpt"), "--factor", "16", "--out", str(out)])
+    with (out / "t5_buckets.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    heads = table.shape[-1]
+    assert len(rows) == table.shape[1]  # one row per bucket
+    for b, r in enumerate(rows[:3]):
+        expected = [0.1 * (b * heads + h) for h in range(heads)]
+        assert float(r["bias_mean"]) == pytest.approx(sum(expected) / heads, rel=1e-5)
+        assert float(r["bias_head0"]) == pytest.approx(expected[0], rel=1e-5, abs=1e-6)
+    assert sum(float(r["share_at_L"]) for r in rows) == pytest.approx(1.0)
+    assert sum(float(r["share_at_16L"]) for r in rows) == pytest.approx(1.0)
+    assert (out / "t5_buckets.png").stat().st_size > 0
+    write_checkpoint(tmp_path / "rope.ckpt", "rope", corpus, cache)
+    with pytest.raises(SystemExit):  # another scheme: one line, exit 2
+        main(["t5", str(tmp_path / "rope.ckpt"), "--out", str(tmp_path / "o2")])
+    assert "is not a t5 checkpoint" in capsys.readouterr().err

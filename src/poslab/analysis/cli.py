@@ -27,6 +27,10 @@
   (`Blockwise.weights`, every scheme hook applied), recorded by a kernel installed in the model.
   Uniform causal attention is drawn for reference: mean distance (T − 1)/4, mass beyond L
   mean_{m ≥ L} (m − L + 1)/(m + 1).
+* ``t5``: for t5 checkpoints, the learned bias of every distance bucket (per head and their
+  mean) against the bucket's first distance, and the share of a causal window's query–key
+  pairs in each bucket at L and at `factor`× L (distance d occurs for T − d of T(T+1)/2
+  pairs): every distance ≥ ``pos.max_distance`` shares the last bucket.
 
 Each analysis writes NAME.png and NAME.csv to the output folder (default docs/results/analysis).
 """
@@ -42,13 +46,14 @@ from poslab.analysis.checkpoints import checkpoint_path
 from poslab.analysis.collisions import run_collisions
 from poslab.analysis.decay import run_decay
 from poslab.analysis.sinusoidal import run_sinusoidal
+from poslab.analysis.t5_buckets import run_t5_buckets
 from poslab.analysis.theta import run_theta
 from poslab.analysis.wavelength import run_wavelength
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
 
-ANALYSES = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "theta", "all")
-WITH_CHECKPOINTS = ("attention", "theta")
+ANALYSES = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "theta", "t5", "all")
+WITH_CHECKPOINTS = ("attention", "theta", "t5")
 WITHOUT_CHECKPOINTS = ("decay", "wavelength", "sinusoidal", "collisions")  # what `all` runs
 DEFAULT_OUT = Path("docs/results/analysis")
 
@@ -71,7 +76,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--train-length", type=int, default=512, help="wavelength: L (default 512)")
     p.add_argument("--d-models", type=int, nargs="+", default=[256], help="sinusoidal")
     p.add_argument("--sin-distance", type=int, default=2048, help="sinusoidal (default 2048)")
-    p.add_argument("--factor", type=float, default=4.0, help="attention: T = factor × L")
+    p.add_argument(
+        "--factor", type=float, default=4.0, help="attention, t5: T = factor × L (default 4)"
+    )
     p.add_argument("--windows", type=int, default=4, help="attention: windows of T tokens")
     p.add_argument(
         "--split",
@@ -94,7 +101,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.analysis not in WITH_CHECKPOINTS and args.checkpoints:
         raise ConfigError(
             f"{args.analysis} takes no checkpoints (got {' '.join(args.checkpoints)}); "
-            f"only {' and '.join(WITH_CHECKPOINTS)} do"
+            f"only {', '.join(WITH_CHECKPOINTS)} do"
         )
     positive = {
         "--head-dims": min(args.head_dims),
@@ -143,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
             run_collisions(args.out, args.max_distance)
         elif name == "theta":
             run_theta(args.out, args.checkpoints)
+        elif name == "t5":
+            run_t5_buckets(args.out, args.checkpoints, args.factor)
         else:
             run_attention(
                 args.out,
