@@ -176,3 +176,12 @@ def test_a_baseline_that_is_no_row_is_one_line_naming_the_rows(tmp_path, capsys)
     assert err.count("\n") == 0
     assert "--baseline 'xpos' is no row" in err and "'alibi'" in err and "'rope'" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_one_seed_row_of_another_seed_still_gets_its_difference(tmp_path):
+    three_seeds(tmp_path / "runs")
+    seeded_run(tmp_path / "runs" / "xpos9", "xpos", [95.0, 105.0, 125.0], 9)  # no shared seed
+    compare([tmp_path / "runs"], tmp_path / "out", baseline="rope")
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    xpos = next(line for line in text.splitlines() if line.startswith("| xpos | 1 |"))
+    assert xpos.startswith("| xpos | 1 | −15.00 (no CI) |")  # 95 − mean(100, 110, 120)

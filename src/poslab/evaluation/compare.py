@@ -371,9 +371,7 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
             rows_at = {s: row_at(rows, s, mode, factor) for s in (low, high)}
             if None in rows_at.values():
                 continue
-            pair = [
-                {**x, "ratio": r[s]} if "ratio" not in x else x for s, x in rows_at.items()
-            ]
+            pair = [{**x, "ratio": r[s]} if "ratio" not in x else x for s, x in rows_at.items()]
             d = difference(pair[1], pair[0], "ratio")
             if d is not None and d.distinguishable is False:
                 notes.append(f"{high} − {low} {difference_cell(d, 3)}")
@@ -422,11 +420,10 @@ def difference(row: dict, base: dict, metric: str) -> Interval | None:
     ):
         return None
     mine, theirs = (r.get("per_seed", {}).get(metric) for r in (row, base))
-    if mine and theirs:
-        return paired_difference(mine, theirs)
-    summaries = [
-        (r.get(metric), r.get(f"{metric}_sd"), r.get("n_seeds", 1)) for r in (row, base)
-    ]
+    found = paired_difference(mine, theirs) if mine and theirs else None
+    if found is not None:
+        return found
+    summaries = [(r.get(metric), r.get(f"{metric}_sd"), r.get("n_seeds", 1)) for r in (row, base)]
     if all(is_finite(m) and is_finite(sd) for m, sd, _ in summaries):
         return welch_from_summaries(*summaries)
     if all(is_finite(m) for m, _, _ in summaries):  # a one-seed side: the difference alone
@@ -439,8 +436,8 @@ def signed(value: float, digits: int) -> str:
 
 
 def difference_cell(interval: Interval | None, digits: int = 2) -> str:
-    """"+3.10 [+1.20, +5.00]"; "… not distinguishable" when the interval holds 0; "+3.10 (no
-    CI)" for one seed; "—" without a difference."""
+    """A difference as a cell: +3.10 [+1.20, +5.00]; "… not distinguishable" when the interval
+    holds 0; "+3.10 (no CI)" for one seed; "—" without a difference."""
     if interval is None:
         return "—"
     if interval.low is None or interval.high is None:
@@ -508,12 +505,12 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
     what = "perplexity" if metric == "ppl" else "accuracy (whole answer)"
     return (
         f"\n\n### difference to {baseline} ({mode}): {what}, mean [95% CI]\n\n"
-        f"Each scheme minus {baseline} at the same length. \"paired\": the per-seed differences "
+        f'Each scheme minus {baseline} at the same length. "paired": the per-seed differences '
         "over the seeds both ran, with a Student-t interval (n − 1 degrees of freedom); "
-        "\"unpaired\": the rows kept no per-seed values or share fewer than two seeds, so "
+        '"unpaired": the rows kept no per-seed values or share fewer than two seeds, so '
         "Welch's interval from their mean ± sd. A difference whose interval holds 0 is "
-        "\"not distinguishable\" at these seeds; a one-seed row has no interval "
-        "(\"no CI\").\n\n" + "\n".join(lines)
+        '"not distinguishable" at these seeds; a one-seed row has no interval '
+        '("no CI").\n\n' + "\n".join(lines)
     )
 
 

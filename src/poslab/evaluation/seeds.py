@@ -70,9 +70,7 @@ def mean_conditions(rows: list[dict]) -> list[dict] | None:
 
 def seed_ratios(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, list[float]]:
     """(mode, length) -> each seed's perplexity there over its own at the training length."""
-    return {
-        key: list(by_seed.values()) for key, by_seed in seed_ratios_by_seed(runs).items()
-    }
+    return {key: list(by_seed.values()) for key, by_seed in seed_ratios_by_seed(runs).items()}
 
 
 # the metrics kept seed by seed in a row's `per_seed` (what a paired comparison reads)
