@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.checks",
             "poslab.arguments",
             "poslab.instantiate",
+            "poslab.plotting",  # matplotlib helpers every figure uses (the θ plot of a scheme too)
         ),
     ),
     ("devices and numbers", ("poslab.precision", "poslab.losses")),

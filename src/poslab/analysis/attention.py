@@ -11,13 +11,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from matplotlib.figure import Figure
 from torch import Tensor
 
 from poslab.analysis.checkpoints import checkpoint_path, scheme_name
-from poslab.analysis.figures import plt, save
+from poslab.analysis.figures import save
 from poslab.attention import Blockwise
 from poslab.errors import ConfigError
-from poslab.evaluation.figures import line_styles
+from poslab.plotting import finish_figure, natural_sorted, new_figure, styles_for
 
 
 @dataclass
@@ -211,6 +212,7 @@ def analyse_checkpoint(
             "train_length": train_length,
             "eval_length": length,
             "windows": windows,
+            "split": split,
             "layer": layer,
             "head": head,
             "mean_distance": float(stats.mean_distance[layer, head]),
@@ -237,18 +239,32 @@ def run_attention(
     block_size: int,
 ) -> list[dict]:
     rows = attention_rows(paths, factor, windows, split, data_path, block_size)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
-    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
-    styles = line_styles(len(schemes))
+    save(attention_figure(rows), rows, out, "attention")
+    return rows
+
+
+def attention_figure(rows: list[dict]) -> Figure:
+    """Per metric a panel against the layer: one line per scheme (the mean over heads, in
+    natural order, each in a style of its own) and a dot per head; from the rows (attention.csv;
+    an older file without a `split` column is titled without it)."""
+    fig = new_figure(11.5, 4.4)
+    axes = fig.subplots(1, 2)
+    schemes = natural_sorted(dict.fromkeys(r["scheme"] for r in rows))
+    styles = styles_for(schemes)
+    handles = []
     for k, scheme in enumerate(schemes):
         shift = 0.05 * (k - (len(schemes) - 1) / 2)  # heads' dots side by side, not on top
-        _draw_scheme(axes, [r for r in rows if r["scheme"] == scheme], shift, styles[k])
-    lengths = {(r["eval_length"], r["train_length"]) for r in rows}
+        mine = [r for r in rows if r["scheme"] == scheme]
+        handles.append(_draw_scheme(axes, mine, shift, styles[scheme]))
+    lengths = {(int(r["eval_length"]), int(r["train_length"])) for r in rows}
     if len(lengths) == 1:
         ((length, train_length),) = lengths
-        _draw_uniform(axes, length, train_length)
+        handles += _draw_uniform(axes, length, train_length)
+        windows = ", ".join(sorted({str(r["windows"]) for r in rows}))
+        splits = {r.get("split") for r in rows}
+        text = f"{splits.pop()} text" if len(splits) == 1 and None not in splits else "text"
         fig.suptitle(
-            f"Attention on {split} text at T = {length} = {factor:g}× L "
+            f"Attention on {text} at T = {length} = {length / train_length:g}× L "
             f"(L = {train_length}, {windows} windows): line = mean over heads, dots = heads",
             fontsize=10,
         )
@@ -257,10 +273,7 @@ def run_attention(
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.tight_layout()
-    save(fig, rows, out, "attention")
-    return rows
+    return finish_figure(fig, handles, [h.get_label() for h in handles])
 
 
 def attention_rows(
@@ -292,31 +305,36 @@ def attention_rows(
     return rows
 
 
-def _draw_scheme(axes: Any, mine: list[dict], shift: float, style: dict[str, Any]) -> None:
-    """One scheme's rows: per metric a line of the mean over heads per layer, a dot per head."""
+def _draw_scheme(axes: Any, mine: list[dict], shift: float, style: dict[str, Any]) -> Any:
+    """One scheme's rows: per metric a line of the mean over heads per layer, a dot per head
+    (in the line's colour and marker); returns the line."""
     scheme = mine[0]["scheme"]
-    layers = sorted({r["layer"] for r in mine})
+    layers = sorted({int(r["layer"]) for r in mine})
     means = {
-        key: [np.mean([r[key] for r in mine if r["layer"] == la]) for la in layers]
+        key: [np.mean([float(r[key]) for r in mine if int(r["layer"]) == la]) for la in layers]
         for key, _ in METRICS
     }
     for ax, (key, _) in zip(axes, METRICS, strict=True):
         (line,) = ax.plot(layers, means[key], label=scheme, **style)
-        heads = ([r["layer"] + shift for r in mine], [r[key] for r in mine])
-        ax.scatter(*heads, s=10, alpha=0.35, color=line.get_color())
+        heads = ([int(r["layer"]) + shift for r in mine], [float(r[key]) for r in mine])
+        ax.scatter(*heads, s=10, alpha=0.35, color=style["color"], marker=style["marker"])
     summary = "; ".join(
         f"layer {la}: distance {d:.1f}, mass ≥L {m:.3f}"
         for la, d, m in zip(layers, means["mean_distance"], means["mass_beyond_L"], strict=True)
     )
     length, train_length = mine[0]["eval_length"], mine[0]["train_length"]
     print(f"attention {scheme} (L={train_length}, T={length}): {summary}")
+    return line
 
 
-def _draw_uniform(axes: Any, length: int, train_length: int) -> None:
+def _draw_uniform(axes: Any, length: int, train_length: int) -> list[Any]:
     uniform = uniform_reference(length, train_length)
-    for ax, value in zip(axes, uniform, strict=True):
+    lines = [
         ax.axhline(value, color="grey", ls="--", lw=0.8, label="uniform causal attention")
+        for ax, value in zip(axes, uniform, strict=True)
+    ]
     print(
         f"uniform causal attention at T={length}, L={train_length}: distance "
         f"{uniform[0]:.1f}, mass ≥L {uniform[1]:.3f}"
     )
+    return lines[:1]

@@ -33,6 +33,9 @@
   pairs): every distance ≥ ``pos.max_distance`` shares the last bucket.
 
 Each analysis writes NAME.png and NAME.csv to the output folder (default docs/results/analysis).
+With ``--from-csv`` it only draws NAME.png again from the NAME.csv already in the output folder
+(no computation and no checkpoints: the committed figures redrawn with the current plotting
+code; an attention.csv without a split column is titled with --split).
 """
 
 from __future__ import annotations
@@ -41,16 +44,18 @@ import argparse
 import math
 from pathlib import Path
 
-from poslab.analysis.attention import run_attention
+from poslab.analysis.attention import attention_figure, run_attention
 from poslab.analysis.checkpoints import checkpoint_path
-from poslab.analysis.collisions import run_collisions
-from poslab.analysis.decay import run_decay
-from poslab.analysis.sinusoidal import run_sinusoidal
-from poslab.analysis.t5_buckets import run_t5_buckets
+from poslab.analysis.collisions import collisions_figure, run_collisions
+from poslab.analysis.decay import decay_figure, run_decay
+from poslab.analysis.figures import read_csv, save_png
+from poslab.analysis.sinusoidal import run_sinusoidal, sinusoidal_figure
+from poslab.analysis.t5_buckets import run_t5_buckets, t5_buckets_figure
 from poslab.analysis.theta import run_theta
-from poslab.analysis.wavelength import run_wavelength
+from poslab.analysis.wavelength import run_wavelength, wavelength_figure
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
+from poslab.positions.rope_theta import theta_figure
 
 ANALYSES = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "theta", "t5", "all")
 WITH_CHECKPOINTS = ("attention", "theta", "t5")
@@ -88,6 +93,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--data-path", default=None, help="attention: corpus, if not the stored one")
     p.add_argument("--block-size", type=int, default=1024, help="attention: query block")
+    p.add_argument(
+        "--from-csv",
+        action="store_true",
+        help="only draw NAME.png again from NAME.csv in --out (no computation, no checkpoints)",
+    )
     return p
 
 
@@ -96,6 +106,17 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"unknown analysis {args.analysis!r}; choose one of {', '.join(ANALYSES)}"
         )
+    if args.from_csv:
+        if args.analysis not in (*FROM_CSV, "all"):
+            raise ConfigError(f"--from-csv draws {', '.join(FROM_CSV)} again, not {args.analysis}")
+        if args.checkpoints:
+            raise ConfigError("--from-csv takes no checkpoints: it reads NAME.csv in --out")
+        names = WITHOUT_CHECKPOINTS if args.analysis == "all" else (args.analysis,)
+        for name in names:
+            stem = CSV_NAMES.get(name, name)
+            if not (args.out / f"{stem}.csv").is_file():
+                raise ConfigError(f"--from-csv: no {stem}.csv in {args.out}; pass --out FOLDER")
+        return
     if args.analysis in WITH_CHECKPOINTS and not args.checkpoints:
         raise ConfigError(f"{args.analysis} needs checkpoints: pass .ckpt files or run folders")
     if args.analysis not in WITH_CHECKPOINTS and args.checkpoints:
@@ -130,11 +151,40 @@ def check_args(args: argparse.Namespace) -> None:
     check_writable(args.out, "--out")
 
 
+FROM_CSV = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "theta", "t5")
+CSV_NAMES = {"t5": "t5_buckets"}  # the analyses whose files are not named after them
+
+
+def replot(out: Path, name: str, split: str = "validation") -> Path:
+    """NAME.png drawn again from NAME.csv in `out` with the current figure code; the CSV is not
+    touched. Rows of an attention.csv without a split column take `split`."""
+    stem = CSV_NAMES.get(name, name)
+    rows = read_csv(out / f"{stem}.csv")
+    if not rows:
+        raise ConfigError(f"{out / stem}.csv has no rows to plot")
+    if name == "attention":
+        rows = [{**r, "split": r.get("split") or split} for r in rows]
+    figures = {
+        "decay": decay_figure,
+        "wavelength": wavelength_figure,
+        "sinusoidal": sinusoidal_figure,
+        "collisions": collisions_figure,
+        "attention": attention_figure,
+        "theta": theta_figure,
+        "t5": t5_buckets_figure,
+    }
+    return save_png(figures[name](rows), out, stem)
+
+
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     check_args(args)
     todo = WITHOUT_CHECKPOINTS if args.analysis == "all" else (args.analysis,)
+    if args.from_csv:
+        for name in todo:
+            replot(args.out, name, args.split)
+        return
     if args.analysis in WITH_CHECKPOINTS:
         for p in args.checkpoints:  # every path, before the first one is analysed
             checkpoint_path(p)

@@ -7,8 +7,10 @@ import math
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
-from poslab.analysis.figures import plt, save
+from poslab.analysis.figures import save
+from poslab.plotting import finish_figure, new_figure, sparse_marks, styles_for
 
 
 def rope_thetas(head_dim: int, base: float) -> np.ndarray:
@@ -35,26 +37,47 @@ def decay_bound(distances: np.ndarray, head_dim: int, base: float) -> np.ndarray
     return np.abs(partial_sums).mean(axis=1)
 
 
-def run_decay(out: Path, bases: list[float], head_dims: list[int], max_distance: int) -> list:
+def decay_rows(bases: list[float], head_dims: list[int], max_distance: int) -> list[dict]:
     distances = decay_distances(max_distance)
-    rows: list[dict] = []
-    fig, axes = plt.subplots(1, len(head_dims), figsize=(5.5 * len(head_dims), 4), squeeze=False)
+    return [
+        {"distance": int(r), "base": base, "head_dim": d, "bound": float(b)}
+        for d in head_dims
+        for base in bases
+        for r, b in zip(distances, decay_bound(distances, d, base), strict=True)
+    ]
+
+
+def decay_figure(rows: list[dict]) -> Figure:
+    """One panel per head dim, one line per base (from distance 1: the log axis), from the rows
+    (decay.csv)."""
+    head_dims = list(dict.fromkeys(int(r["head_dim"]) for r in rows))
+    bases = list(dict.fromkeys(float(r["base"]) for r in rows))
+    styles = styles_for(f"base {b:g}" for b in bases)
+    fig = new_figure(5.5 * len(head_dims), 4.2)
+    axes = fig.subplots(1, len(head_dims), squeeze=False)
+    handles = []
     for ax, d in zip(axes[0], head_dims, strict=True):
         for base in bases:
-            bound = decay_bound(distances, d, base)
-            rows += [
-                {"distance": int(r), "base": base, "head_dim": d, "bound": float(b)}
-                for r, b in zip(distances, bound, strict=True)
-            ]
-            ax.plot(distances[1:], bound[1:], lw=0.8, label=f"base {base:g}")
+            mine = [r for r in rows if int(r["head_dim"]) == d and float(r["base"]) == base]
+            mine = sorted((r["distance"], r["bound"]) for r in mine if r["distance"] > 0)
+            label = f"base {base:g}"
+            marks = sparse_marks([x for x, _ in mine], log=True)
+            style = {**styles[label], "lw": 0.8, "markersize": 4, "markevery": marks}
+            (line,) = ax.plot(*zip(*mine, strict=True), label=label, **style)
+            if ax is axes[0][0]:
+                handles.append(line)
         ax.set_xscale("log")
         ax.set_xlabel("relative distance m − n")
         ax.set_ylabel("(1/(d/2))·Σ_j |S_j|")
         ax.set_title(f"head dim d = {d} (bound at 0: {(d / 2 + 1) / 2:g})")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
     fig.suptitle("RoPE long-range decay bound")
-    fig.tight_layout()
+    return finish_figure(fig, handles, [h.get_label() for h in handles])
+
+
+def run_decay(out: Path, bases: list[float], head_dims: list[int], max_distance: int) -> list:
+    rows = decay_rows(bases, head_dims, max_distance)
+    fig = decay_figure(rows)
     save(fig, rows, out, "decay")
     for d in head_dims:
         for base in bases:

@@ -10,6 +10,7 @@ behaviour beyond L rests on one rarely-trained number per head.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,63 +72,78 @@ def t5_bucket_rows(path: str | Path, factor: float = 16.0) -> list[dict]:
 
 
 def plot_t5_buckets(rows: list[dict], factor: float, out: Path, name: str = "t5_buckets") -> None:
-    """Left: the learned bias (mean over heads; thin: each head) against the bucket's first
-    distance, one colour per run. Right: the share of query–key pairs per bucket at L and at
-    factor × L, per max_distance."""
-    import matplotlib.pyplot as plt
-
+    """t5_buckets.png (t5_buckets_figure) and t5_buckets.csv in `out`."""
     from poslab.analysis.figures import save
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.8), layout="constrained")
+    save(t5_buckets_figure(rows, factor), rows, out, name)
+
+
+def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
+    """Left: the learned bias (mean over heads; thin: each head) against the bucket's first
+    distance, one style per run (poslab.plotting: unique for any number of runs). Right: the
+    share of query–key pairs per bucket at L and at factor × L, per max_distance (colour =
+    max_distance, marker and dash = L or factor × L). `factor`: by default the one of the rows'
+    `share_at_<factor>L` column (a re-plot from t5_buckets.csv)."""
+    import matplotlib.ticker
+
+    from poslab.plotting import (
+        COLOURS,
+        MARKERS,
+        NiceLogLocator,
+        dash,
+        finish_figure,
+        new_figure,
+        plain_number,
+        styles_for,
+    )
+
+    if factor is None:
+        key = next(k for k in rows[0] if k.startswith("share_at_") and k != "share_at_L")
+        factor = float(key[len("share_at_") : -1])
+    fig = new_figure(12.5, 4.8)
+    left, right = fig.subplots(1, 2)
     runs = list(dict.fromkeys(r["run"] for r in rows))
-    colours = plt.get_cmap("tab10").colors
-    markers = ("o", "s", "^", "D", "v", "P")
-    for i, run in enumerate(runs):
+    labels = {}
+    for run in runs:
+        first = next(r for r in rows if r["run"] == run)
+        labels[run] = f"max_distance={first['max_distance']}, seed {first['seed']} ({run})"
+    styles = styles_for(labels.values())
+    handles = []
+    for run in runs:
         mine = [r for r in rows if r["run"] == run and r["first_distance"] is not None]
         xs = [r["first_distance"] + 1 for r in mine]
-        heads = sorted(k for k in mine[0] if k.startswith("bias_head"))
-        colour = colours[i % 10]
+        heads = sorted((k for k in mine[0] if k.startswith("bias_head")), key=lambda k: int(k[9:]))
+        style = styles[labels[run]]
         for h in heads:
-            left.plot(xs, [r[h] for r in mine], color=colour, lw=0.5, alpha=0.35)
-        label = f"max_distance={mine[0]['max_distance']}, seed {mine[0]['seed']}"
-        left.plot(
-            xs,
-            [r["bias_mean"] for r in mine],
-            color=colour,
-            marker=markers[i // 10 % len(markers)],
-            ms=3,
-            ls=("-", "--", ":")[i // 10 % 3],
-            label=label,
-        )
+            left.plot(xs, [r[h] for r in mine], color=style["color"], lw=0.5, alpha=0.35)
+        (line,) = left.plot(xs, [r["bias_mean"] for r in mine], ms=3, label=labels[run], **style)
+        handles.append(line)
     key = f"share_at_{factor:g}L"
-    shown = {}
+    shown: dict[int, list[dict]] = {}
     for r in rows:  # the shares depend only on the bucketing, not on the run
         shown.setdefault(r["max_distance"], []).append(r)
     for j, (max_distance, mine) in enumerate(sorted(shown.items())):
         first_run = mine[0]["run"]
         mine = [r for r in mine if r["run"] == first_run and r["first_distance"] is not None]
         xs = [r["first_distance"] + 1 for r in mine]
-        colour = colours[j % 10]
-        right.plot(
-            xs,
-            [r["share_at_L"] for r in mine],
-            color=colour,
-            marker="o",
-            ms=3,
-            label=f"max_distance={max_distance}: at L={mine[0]['train_length']}",
-        )
-        right.plot(
-            xs,
-            [r[key] for r in mine],
-            color=colour,
-            marker="s",
-            ms=3,
-            ls="--",
-            label=f"max_distance={max_distance}: at {factor:g}×L",
-        )
+        for which, (value, where) in enumerate(
+            (("share_at_L", f"L={mine[0]['train_length']}"), (key, f"{factor:g}×L"))
+        ):
+            k = 2 * (j // 10) + which  # (marker, dash) unique per colour
+            (line,) = right.plot(
+                xs,
+                [r[value] for r in mine],
+                color=COLOURS[j % 10],
+                marker=MARKERS[k % 9],
+                ls=dash(k % 4 if k < 36 else k),
+                ms=3,
+                label=f"share of pairs, max_distance={max_distance}: at {where}",
+            )
+            handles.append(line)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("bucket's first distance + 1 (tokens)")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: plain_number(v)))
+        ax.set_xlabel("bucket's first distance + 1 (tokens); dotted: training length")
         ax.grid(True, which="both", alpha=0.3)
     train_length = rows[0]["train_length"]
     left.axvline(train_length, color="grey", ls=":", lw=1)
@@ -136,10 +152,12 @@ def plot_t5_buckets(rows: list[dict], factor: float, out: Path, name: str = "t5_
     left.set_title("T5 bias per bucket (bold: mean over heads; thin: each head)")
     right.set_ylabel("share of causal query–key pairs")
     right.set_yscale("log")
-    right.set_title("where a window's pairs fall (dotted: training length)")
-    left.legend(fontsize=7, loc="lower left")
-    right.legend(fontsize=7, loc="lower left")
-    save(fig, rows, out, name)
+    shares = [r[v] for r in rows for v in ("share_at_L", key) if r[v]]
+    right.yaxis.set_major_locator(NiceLogLocator(shares))
+    right.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: plain_number(v)))
+    right.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    right.set_title("where a window's pairs fall")
+    return finish_figure(fig, handles, [h.get_label() for h in handles])
 
 
 def run_t5_buckets(out: Path, paths: list[str], factor: float = 16.0) -> list[dict]:

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from poslab.analysis.decay import rope_thetas
-from poslab.analysis.figures import plt, save
+from poslab.analysis.figures import save
+from poslab.plotting import finish_figure, new_figure, styles_for
 
 YARN_ALPHA, YARN_BETA = 1.0, 32.0  # YaRN's ramp boundaries (Peng et al. 2023)
 
@@ -61,40 +63,67 @@ def run_wavelength(
     out: Path, bases: list[float], head_dims: list[int], train_length: int
 ) -> list[dict]:
     rows: list[dict] = []
-    fig, axes = plt.subplots(1, len(head_dims), figsize=(5.5 * len(head_dims), 4), squeeze=False)
-    for ax, d in zip(axes[0], head_dims, strict=True):
+    for d in head_dims:
         for base in bases:
             rows += wavelength_rows(d, base, train_length)
-            _draw_wavelengths(ax, wavelengths(d, base), base, train_length)
             print(
                 f"wavelength d={d} base={base:g} L={train_length}: "
                 + _summary(d, base, train_length)
             )
+    save(wavelength_figure(rows), rows, out, "wavelength")
+    return rows
+
+
+def wavelength_figure(rows: list[dict]) -> Figure:
+    """One panel per head dim: λ_i against i per base (a dot per pair, filled where λ_i ≤ L),
+    and YaRN's boundaries λ = L/α, L/β; from the rows (wavelength.csv)."""
+    head_dims = list(dict.fromkeys(int(r["head_dim"]) for r in rows))
+    bases = list(dict.fromkeys(float(r["base"]) for r in rows))
+    train_length = int(rows[0]["train_length"])
+    styles = styles_for(f"base {b:g}" for b in bases)
+    fig = new_figure(5.5 * len(head_dims), 4.2)
+    axes = fig.subplots(1, len(head_dims), squeeze=False)
+    handles: list[Any] = []
+    bounds: list[Any] = []
+    for ax, d in zip(axes[0], head_dims, strict=True):
+        for base in bases:
+            mine = sorted(
+                (r for r in rows if int(r["head_dim"]) == d and float(r["base"]) == base),
+                key=lambda r: int(r["i"]),
+            )
+            lam = np.array([float(r["wavelength"]) for r in mine])
+            line = _draw_wavelengths(ax, lam, base, train_length, styles[f"base {base:g}"])
+            handles.append(line)
         for r, style in ((YARN_ALPHA, "--"), (YARN_BETA, ":")):
-            ax.axhline(
+            line = ax.axhline(
                 train_length / r, color="k", ls=style, lw=0.8, label=_bound_label(r, train_length)
             )
+            if ax is axes[0][0]:
+                bounds.append(line)
         ax.set_yscale("log")
         ax.set_xlabel("frequency index i (θ_i = base^(−2i/d))")
         ax.set_ylabel("wavelength λ_i = 2π/θ_i (tokens)")
         ax.set_title(f"head dim d = {d}; filled: λ_i ≤ L = {train_length}")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
     fig.suptitle("RoPE wavelengths against the training length (YaRN's r_i = L/λ_i)")
-    fig.tight_layout()
-    save(fig, rows, out, "wavelength")
-    return rows
+    handles += bounds
+    return finish_figure(fig, handles, [h.get_label() for h in handles])
 
 
-def _draw_wavelengths(ax: Any, lam: np.ndarray, base: float, train_length: int) -> None:
-    """λ_i against i: a line, and a dot per pair, filled where it turns within L."""
+def _draw_wavelengths(
+    ax: Any, lam: np.ndarray, base: float, train_length: int, style: dict[str, Any]
+) -> Any:
+    """λ_i against i: a line, and a dot per pair (the style's marker), filled where it turns
+    within L; returns the line."""
     index = np.arange(len(lam))
     full = lam <= train_length
-    label = f"base {base:g}: {full.sum()} of {len(lam)} pairs turn within L"
-    (line,) = ax.plot(index, lam, lw=1, label=label)
-    colour = line.get_color()
-    ax.scatter(index[full], lam[full], s=8, color=colour)
-    ax.scatter(index[~full], lam[~full], s=8, facecolors="none", edgecolors=colour)
+    head_dim = 2 * len(lam)
+    label = f"d = {head_dim}, base {base:g}: {full.sum()} of {len(lam)} pairs turn within L"
+    colour, marker = style["color"], style["marker"]
+    (line,) = ax.plot(index, lam, lw=1, color=colour, ls=style["ls"], label=label)
+    ax.scatter(index[full], lam[full], s=12, color=colour, marker=marker)
+    ax.scatter(index[~full], lam[~full], s=12, facecolors="none", edgecolors=colour, marker=marker)
+    return line
 
 
 def _summary(head_dim: int, base: float, train_length: int) -> str:

@@ -1,6 +1,10 @@
 """Result rows as figures: perplexity (or accuracy) against evaluation length, loss by position in
 the window, and a task's condition × length heatmap. Non-finite values are never plotted; a
-footnote names them. Callers save and close the figures (files.py)."""
+footnote names them. Callers save and close the figures (files.py).
+
+The line styles, coinciding series, bands, log ticks and layout are poslab.plotting's (what
+keeps a figure readable); every figure of one report gets the styles of `report_styles`.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +12,65 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import matplotlib
+import matplotlib.ticker
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only; no display on servers
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from poslab.evaluation.tables import NONFINITE, is_finite, is_nonfinite
+from poslab.plotting import (  # re-exported: callers and tests import them from here
+    COINCIDE_RTOL,
+    NiceLogLocator,
+    band_limits,
+    coincide_label,
+    coincide_note,
+    coinciding,
+    finish_figure,
+    fit_limits,
+    hidden_style,
+    hidden_text,
+    line_styles,
+    natural_key,
+    natural_sorted,
+    near_span,
+    new_figure,
+    plain_number,
+    sd_band,
+    series_lines,
+    sparse_marks,
+    style_for_index,
+    styles_for,
+    text_artists,
+    wrap,
+)
 
-from poslab.evaluation.tables import NONFINITE, is_finite, is_nonfinite  # noqa: E402
+__all__ = [
+    "COINCIDE_RTOL",
+    "NiceLogLocator",
+    "accuracy_figure",
+    "band_limits",
+    "heatmap_figure",
+    "line_styles",
+    "natural_key",
+    "natural_sorted",
+    "plain_number",
+    "position_figure",
+    "ppl_figure",
+    "ppl_yaxis",
+    "report_styles",
+    "sd_band",
+    "series_lines",
+    "style_for_index",
+    "styles_for",
+    "text_artists",
+]
 
 # a log y-axis when the largest perplexity is at least this many times the smallest (see
 # ppl_yaxis for why)
 LOG_AXIS_MIN_RATIO = 3.0
+
+
+# ---------------------------------------------------------------- series, order and styles
 
 
 def series_label(row: dict, series_key: str, several_modes: bool) -> str:
@@ -30,11 +79,18 @@ def series_label(row: dict, series_key: str, several_modes: bool) -> str:
     return f"{row[series_key]} ({row['mode']})"
 
 
-def plain_number(value: float) -> str:
-    """A tick label without offset or scientific notation: 20, 1,000, 13,300, 0.5."""
-    if value >= 10:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
+def series_id(row: dict, series_key: str) -> tuple[str, str]:
+    """What a series is, whatever its label in one figure: (its `series_key` value, its mode)."""
+    return (str(row[series_key]), str(row["mode"]))
+
+
+def report_styles(rows: Iterable[dict], series_key: str) -> dict[tuple[str, str], dict]:
+    """The style of every series of a report (keyed by series_id), to pass to each of its figures
+    so that a scheme looks the same in all of them."""
+    return styles_for(series_id(r, series_key) for r in rows)
+
+
+# ---------------------------------------------------------------- axes
 
 
 def length_xaxis(ax: Axes) -> None:
@@ -53,9 +109,10 @@ def ppl_yaxis(ax: Axes, values: Iterable[float]) -> str:
     narrower: a log axis over less than a factor 3 has no decade tick and only a few minor ones,
     and matplotlib's ScalarFormatter on it falls back to offset/scientific notation (values
     13,290-13,340 were labelled -1 ... 6); a linear axis with the offset and scientific notation
-    switched off labels such a range 13,290, 13,300, ... Every label is a plain number: on a log
-    axis decades always, minor ticks all when the axis spans less than a decade, only 2× and 5×
-    when it spans up to 2.5 decades, and none beyond (then at least 3 decades are labelled).
+    switched off labels such a range 13,290, 13,300, ... Every label is a plain number. On a log
+    axis NiceLogLocator puts labelled ticks inside the range of the data (not only decades and
+    2×, 5×: ten schemes between 125 and 165 got no tick below 200); unlabelled minor ticks at
+    2..9 × 10^k keep the grid.
     """
     finite = [v for v in values if is_finite(v) and v > 0]
     if not finite:
@@ -64,24 +121,18 @@ def ppl_yaxis(ax: Axes, values: Iterable[float]) -> str:
     if hi / lo < LOG_AXIS_MIN_RATIO:
         formatter = matplotlib.ticker.ScalarFormatter(useOffset=False)
         formatter.set_scientific(False)
+        ax.yaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(nbins=7, steps=[1, 2, 2.5, 5, 10], min_n_ticks=3)
+        )
         ax.yaxis.set_major_formatter(formatter)
         if lo == hi:  # one value: a visible range around it instead of matplotlib's ±5%-of-zero
             ax.set_ylim(lo * 0.95, hi * 1.05)
         return "linear"
     ax.set_yscale("log")
-    decades = math.log10(hi / lo)
-    labelled = (
-        set(range(2, 10)) if decades < 1 else {2, 5} if decades < 2.5 else set()
-    )  # the minor ticks that get a label, by their mantissa
-
-    def minor(value: float, _pos: object = None) -> str:
-        mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9))
-        return plain_number(value) if mantissa in labelled else ""
-
-    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10))
+    ax.yaxis.set_major_locator(NiceLogLocator(finite))
     ax.yaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=tuple(range(2, 10))))
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: plain_number(v)))
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(minor))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     return "log"
 
 
@@ -89,45 +140,33 @@ def no_data_note(ax: Axes, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="grey")
 
 
-def dropped_note(fig: Figure, dropped: list[tuple[str, int]]) -> None:
-    """A footnote naming the (series, length) points left out of a plot because their values
+def dropped_text(dropped: list[tuple[str, int]]) -> str | None:
+    """The footnote naming the (series, length) points left out of a plot because their values
     are non-finite: "not plotted (nonfinite): alibi L=512, 1024"."""
     by_series: dict[str, list[int]] = {}
     for label, length in dropped:
         by_series.setdefault(label, []).append(length)
-    if by_series:
-        names = "; ".join(
-            f"{label} L={', '.join(map(str, sorted(set(ns))))}" for label, ns in by_series.items()
-        )
-        fig.text(0.01, 0.01, f"not plotted (nonfinite): {names}", fontsize=7, color="grey")
+    if not by_series:
+        return None
+    names = "; ".join(
+        f"{label} L={', '.join(map(str, sorted(set(ns))))}" for label, ns in by_series.items()
+    )
+    return f"not plotted (nonfinite): {names}"
 
 
-def line_styles(n: int) -> list[dict]:
-    """n distinguishable line styles: 10 colours, then the same colours dashed, then dotted."""
-    colours = plt.get_cmap("tab10").colors
-    dashes, markers = ("-", "--", ":"), ("o", "s", "^")
-    return [
-        {"color": colours[i % 10], "ls": dashes[i // 10 % 3], "marker": markers[i // 10 % 3]}
-        for i in range(n)
-    ]
+# ---------------------------------------------------------------- the figures
 
 
-def sd_band(ax: Axes, points: list[tuple[float, float, float]], color: Any) -> None:
-    """A shaded band of ± one sd around (x, mean, sd) points (rows merged over seeds)."""
-    if points:
-        xs, means, sds = zip(*points, strict=True)
-        lows = [m - s for m, s in zip(means, sds, strict=True)]
-        highs = [m + s for m, s in zip(means, sds, strict=True)]
-        ax.fill_between(xs, lows, highs, color=color, alpha=0.15, lw=0)
-
-
-def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
+def ppl_figure(rows: list[dict], series_key: str, title: str, styles: dict | None = None) -> Figure:
     """The figure of `plot_ppl_vs_length` (callers close it). Non-finite perplexities are left
     out; with none finite the axes say so. With several series a second panel shows each one
     relative to its perplexity at the training length (or its shortest length), so schemes of
-    different levels compare by shape, and the legend goes beside the panels."""
+    different levels compare by shape, and the legend goes beside or below the panels.
+    `styles`: the report's (report_styles), so each series keeps its style across figures."""
     several_modes = len({r["mode"] for r in rows}) > 1
+    styles = styles or report_styles(rows, series_key)
     series: dict[str, list] = {}
+    ids: dict[str, tuple[str, str]] = {}
     spread: dict[str, dict[int, tuple]] = {}  # label -> length -> (ppl sd, ratio, ratio sd)
     dropped: list[tuple[str, int]] = []
     for r in rows:
@@ -136,48 +175,78 @@ def ppl_figure(rows: list[dict], series_key: str, title: str) -> Figure:
             dropped.append((label, r["length"]))
         elif r["status"] == "ok" and r["ppl"] > 0:
             series.setdefault(label, []).append((r["length"], r["ppl"]))
+            ids[label] = series_id(r, series_key)
             if r.get("n_seeds", 1) > 1 and is_finite(r.get("ppl_sd")):
                 spread.setdefault(label, {})[r["length"]] = (
                     r["ppl_sd"],
                     r.get("ratio"),
                     r.get("ratio_sd"),
                 )
+    series = {label: sorted(series[label]) for label in natural_sorted(series)}
     compare = len(series) > 1
-    fig, axes = plt.subplots(1, 2 if compare else 1, figsize=(12.5, 4.6) if compare else (6.4, 4.2))
-    axes = list(axes) if compare else [axes]
+    fig = new_figure(12.5 if compare else 6.4, 4.6 if compare else 4.2)
+    axes = list(fig.subplots(1, 2)) if compare else [fig.subplots()]
     ax = axes[0]
     train_lengths = {r["train_length"] for r in rows}
-    for (label, pts), style in zip(series.items(), line_styles(len(series)), strict=True):
-        pts = sorted(pts)
-        ax.plot(*zip(*pts, strict=True), label=label, **style)
+    shapes: dict[str, list[tuple[float, float]]] = {}
+    for label, pts in series.items():
+        ref = next((p for n, p in pts if n in train_lengths), pts[0][1])
+        shapes[label] = [(n, p / ref) for n, p in pts]
+    values = [ppl for pts in series.values() for _, ppl in pts]
+    log = ppl_yaxis(ax, values) == "log"
+    hidden = coinciding(series, near_span(values, log), log, relative=True)
+    if compare:
+        ratios = [v for pts in shapes.values() for _, v in pts]
+        shape_log = ppl_yaxis(axes[1], ratios) == "log"
+        near = near_span(ratios, shape_log)
+        shape_hidden = coinciding(shapes, near, shape_log, relative=True)
+        hidden_shape = {k: v for k, v in shape_hidden.items() if k not in hidden}
+    handles = []
+    edges: list[list[float]] = [[], []]  # the bands' edges, per panel
+    for label, pts in series.items():
+        style = styles.get(ids[label]) or styles_for(series)[label]
+        drawn = hidden_style(style) if label in hidden else style
+        (line,) = ax.plot(*zip(*pts, strict=True), label=coincide_label(label, hidden), **drawn)
+        handles.append(line)
         band = [(n, p, *spread[label][n]) for n, p in pts if n in spread.get(label, {})]
-        sd_band(ax, [(n, p, sd) for n, p, sd, _, _ in band], style["color"])
+        edges[0] += sd_band(ax, [(n, p, sd) for n, p, sd, _, _ in band], style["color"], "positive")
         if compare:
-            ref = next((p for n, p in pts if n in train_lengths), pts[0][1])
-            axes[1].plot([n for n, _ in pts], [p / ref for _, p in pts], label=label, **style)
-            ratios = [(n, r, sd) for n, _, _, r, sd in band if is_finite(r) and is_finite(sd)]
-            sd_band(axes[1], ratios, style["color"])
+            shape_style = hidden_style(style) if label in hidden_shape else drawn
+            axes[1].plot(*zip(*shapes[label], strict=True), label=label, **shape_style)
+            spreads = [(n, r, sd) for n, _, _, r, sd in band if is_finite(r) and is_finite(sd)]
+            edges[1] += sd_band(axes[1], spreads, style["color"], "positive")
     for a in axes:
         for n in train_lengths:
             a.axvline(n, color="grey", ls=":", lw=1)
         length_xaxis(a)
         a.set_xlabel("evaluation length (tokens); dotted: training length")
         a.grid(True, which="both", alpha=0.3)
-    ppl_yaxis(ax, [ppl for pts in series.values() for _, ppl in pts])
     if not series:
         no_data_note(ax, "no finite perplexity to plot")
     ax.set_ylabel("perplexity")
     ax.set_title(title)
+    cut = fit_limits(ax, values, edges[0], log)
     if compare:
+        cut = fit_limits(axes[1], ratios, edges[1], shape_log) or cut
         axes[1].axhline(1.0, color="grey", lw=0.8)
         axes[1].set_ylabel("perplexity ÷ perplexity at the training length")
         axes[1].set_title("relative to the training length (shape)")
-        axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    elif series:
-        ax.legend()
-    fig.tight_layout(rect=(0, 0.04 if dropped else 0, 1, 1))  # room for the footnote
-    dropped_note(fig, dropped)
-    return fig
+    notes = [
+        coincide_note("right panel", hidden_shape) if compare else None,
+        band_note(spread, cut),
+        dropped_text(dropped),
+    ]
+    return finish_figure(fig, handles, [h.get_label() for h in handles], notes)
+
+
+def band_note(spread: dict, cut: bool = False) -> str | None:
+    if not spread:
+        return None
+    return (
+        "shaded: ± 1 sd over seeds (below the mean as mean ÷ (1 + sd/mean), so that it stays "
+        "above 0)"
+        + ("; bands much wider than the lines' range are cut at the panel's edge" if cut else "")
+    )
 
 
 def log_binned(buckets: list[list], bins_per_octave: int = 6) -> tuple[list[float], list[float]]:
@@ -196,10 +265,14 @@ def log_binned(buckets: list[list], bins_per_octave: int = 6) -> tuple[list[floa
     return [2 ** ((b + 0.5) / bins_per_octave) for b in keys], [sums[b] / counts[b] for b in keys]
 
 
-def position_figure(rows: list[dict], title: str) -> Figure:
-    """The figure of `plot_loss_vs_position` (callers close it)."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    plotted = 0
+def position_figure(
+    rows: list[dict], title: str, styles: dict | None = None, series_key: str = "scheme"
+) -> Figure:
+    """The figure of `plot_loss_vs_position` (callers close it): one line per row, labelled
+    "<scheme> L=<length>", in the report's style of its series (`styles`, keyed by
+    series_id(row, series_key)) when every series has one row here, else in styles of its own."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    keys: dict[str, Any] = {}
     dropped: list[tuple[str, int]] = []
     for r in rows:
         if r["status"] not in ("ok", NONFINITE) or not r.get("loss_by_position"):
@@ -208,45 +281,91 @@ def position_figure(rows: list[dict], title: str) -> Figure:
         if not xs:
             dropped.append((str(r["scheme"]), r["length"]))
             continue
-        ax.plot(xs, ys, label=f"{r['scheme']} L={r['length']}", lw=1.4)
-        plotted += 1
+        label = f"{r['scheme']} L={r['length']}"
+        curves[label] = list(zip(xs, ys, strict=True))
+        keys[label] = series_id(r, series_key)
+    order = natural_sorted(curves, key=lambda label: (*keys[label], label))
+    curves = {label: curves[label] for label in order}
+    if styles is None or len(set(keys.values())) < len(keys):  # one series, several lines
+        styles, keys = styles_for(curves), {label: label for label in curves}
+    losses = [y for pts in curves.values() for _, y in pts]
+    hidden = coinciding(curves, near_span(losses, False), relative=True)
+    fig = new_figure(7.5, 4.4)
+    ax = fig.subplots()
+    handles = []
+    for label, pts in curves.items():
+        style = styles.get(keys[label]) or style_for_index(len(handles))
+        marks = sparse_marks([x for x, _ in pts], log=True)
+        style = {**style, "markevery": marks, "markersize": 4, "lw": 1.3}
+        if label in hidden:
+            style = hidden_style(style) | {"markersize": 7}
+        (line,) = ax.plot(*zip(*pts, strict=True), label=coincide_label(label, hidden), **style)
+        handles.append(line)
     for n in {r["train_length"] for r in rows}:
         ax.axvline(n, color="grey", ls=":", lw=1)
     length_xaxis(ax)
-    if not plotted:
+    if not curves:
         no_data_note(ax, "no finite loss to plot")
     ax.set_xlabel("position in window (+1); dotted: training length")
     ax.set_ylabel("mean loss (nats)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    if plotted:
-        ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout(rect=(0, 0.04 if dropped else 0, 1, 1))  # room for the footnote
-    dropped_note(fig, dropped)
-    return fig
+    return finish_figure(fig, handles, [h.get_label() for h in handles], [dropped_text(dropped)])
 
 
-def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
+def accuracy_figure(
+    rows: list[dict], series_key: str, title: str, styles: dict | None = None
+) -> Figure:
     """Exact-match and token accuracy against evaluation length (log-x), one line per series,
-    with a ± sd band for rows merged over seeds (callers close the figure)."""
+    with a ± sd band (clipped to [0, 1]) for rows merged over seeds (callers close the figure).
+    Accuracy is bounded: no ratio panel."""
     several_modes = len({r["mode"] for r in rows}) > 1
-    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.6))
+    styles = styles or report_styles(rows, series_key)
+    fig = new_figure(12.5, 4.6)
+    axes = list(fig.subplots(1, 2))
     series: dict[str, list[dict]] = {}
     for r in rows:
         if r["status"] == "ok" and is_finite(r.get("accuracy")):
-            label = series_label(r, series_key, several_modes)
-            if r.get("learned") is False:  # shown, but marked: it is not judged beyond L
-                label += " (did not learn at L)"
-            series.setdefault(label, []).append(r)
-    for (label, pts), style in zip(series.items(), line_styles(len(series)), strict=True):
-        pts = sorted(pts, key=lambda r: r["length"])
-        if pts[0].get("learned") is False:
-            style = {**style, "ls": ":", "alpha": 0.6}
-        for ax, value in zip(axes, ("accuracy", "token_accuracy"), strict=True):
-            ax.plot([r["length"] for r in pts], [r[value] for r in pts], label=label, **style)
+            series.setdefault(series_label(r, series_key, several_modes), []).append(r)
+    series = {
+        label: sorted(series[label], key=lambda r: r["length"]) for label in natural_sorted(series)
+    }
+    values = ("accuracy", "token_accuracy")
+    panels = [
+        {
+            label: [(r["length"], r[value]) for r in pts if is_finite(r.get(value))]
+            for label, pts in series.items()
+        }
+        for value in values
+    ]
+    hidden = [coinciding(p, near=0.004) for p in panels]  # 0.4% of the [0, 1] axis
+    # the legend serves both panels: it names a coincidence that holds in both, a note the rest
+    both = coinciding(
+        {
+            label: [((k, x), y) for k, p in enumerate(panels) for x, y in p[label]]
+            for label in series
+        },
+        near=0.004,
+    )
+    handles = []
+    for label, pts in series.items():
+        style = styles.get(series_id(pts[0], series_key)) or style_for_index(len(handles))
+        shown = label
+        if pts[0].get("learned") is False:  # shown, but marked: it is not judged beyond L
+            shown += " (did not learn at L)"
+            style = {**style, "alpha": 0.55, "markerfacecolor": "none"}
+        for k, (ax, value) in enumerate(zip(axes, values, strict=True)):
+            drawn = hidden_style(style) if label in hidden[k] else style
+            line_label = f"{shown} ({hidden_text(both[label])})" if label in both else shown
+            xy = panels[k][label] or [(math.nan, math.nan)]
+            (line,) = ax.plot(*zip(*xy, strict=True), label=line_label, **drawn)
+            if k == 0:
+                handles.append(line)
+            elif label in hidden[0] and label not in hidden[1]:
+                handles[-1] = line  # the legend shows the line as drawn where it is not hidden
             if any(r.get("n_seeds", 1) > 1 for r in pts):
                 band = [(r["length"], r[value], r.get(f"{value}_sd") or 0.0) for r in pts]
-                sd_band(ax, band, style["color"])
+                sd_band(ax, band, style["color"], "unit")
     chances = {r["mode"]: r["token_chance"] for r in rows if is_finite(r.get("token_chance"))}
     for ax, what in zip(axes, ("whole answer right", "answer tokens right"), strict=True):
         for n in {r["train_length"] for r in rows}:
@@ -258,9 +377,10 @@ def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
         ax.grid(True, which="both", alpha=0.3)
         if not series:
             no_data_note(ax, "no accuracy to plot")
+    references = []
     for mode, chance in chances.items():  # a uniform guess, per task
         label = "chance" if len(chances) == 1 else f"chance ({mode})"
-        axes[1].axhline(chance, color="grey", ls="--", lw=1, label=label)
+        references.append(axes[1].axhline(chance, color="grey", ls="--", lw=1, label=label))
     for mode in dict.fromkeys(r["mode"] for r in rows):  # the best stated shortcut, per length
         best: dict[int, list[dict]] = {}
         for r in rows:
@@ -269,20 +389,32 @@ def accuracy_figure(rows: list[dict], series_key: str, title: str) -> Figure:
         if best:
             lengths = sorted(best)
             label = "best shortcut" + ("" if len(chances) <= 1 else f" ({mode})")
-            for ax, value in zip(axes, ("shortcut", "shortcut_token"), strict=True):
+            for k, (ax, value) in enumerate(zip(axes, ("shortcut", "shortcut_token"), strict=True)):
                 means = [np.mean([r[value] for r in best[n]]) for n in lengths]
-                ax.plot(lengths, means, color="black", ls="-.", lw=1, label=label)
+                (line,) = ax.plot(lengths, means, color="black", ls="-.", lw=1, label=label)
+                if k == 0:
+                    references.append(line)
     axes[0].set_title(title)
     axes[1].set_title("per answer token")
+    notes = [
+        coincide_note(side, {k: v for k, v in h.items() if k not in both})
+        for side, h in zip(("left panel", "right panel"), hidden, strict=True)
+    ]
+    if any(r.get("n_seeds", 1) > 1 for pts in series.values() for r in pts):
+        notes.append("shaded: ± 1 sd over seeds, clipped to [0, 1]")
     if series:
-        axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.tight_layout()
-    return fig
+        handles += references
+    return finish_figure(fig, handles, [h.get_label() for h in handles], notes)
 
 
-def heatmap_figure(rows: list[dict], series_key: str, title: str) -> Figure | None:
+def heatmap_figure(
+    rows: list[dict], series_key: str, title: str | None = None, styles: dict | None = None
+) -> Figure | None:
     """Accuracy by condition (rows of the image, e.g. the passkey's depth) and evaluation length
-    (columns), one panel per series; None when the rows have no conditions."""
+    (columns), one panel per series; None when the rows have no conditions. Titled for what it
+    shows ("<task>: accuracy by <condition> and evaluation length", and "mean over N seeds" for
+    rows merged over seeds); `title`, the report's, is kept as a first line when it is not the
+    generic "...vs evaluation length" one. `styles` is accepted for symmetry (no lines here)."""
     several_modes = len({r["mode"] for r in rows}) > 1
     panels: dict[str, list[dict]] = {}
     for r in rows:
@@ -290,24 +422,38 @@ def heatmap_figure(rows: list[dict], series_key: str, title: str) -> Figure | No
             panels.setdefault(series_label(r, series_key, several_modes), []).append(r)
     if not panels:
         return None
+    panels = {label: panels[label] for label in natural_sorted(panels)}
+    first = next(iter(panels.values()))[0]
+    key = next(iter(first["by_condition"][0]["condition"]), "condition")
+    tasks = ", ".join(
+        dict.fromkeys(str(r.get("task") or r["mode"]) for p in panels.values() for r in p)
+    )
+    seeds = {int(r.get("n_seeds", 1) or 1) for p in panels.values() for r in p}
+    statistic = (
+        f"mean over {seeds.pop()} seeds"
+        if len(seeds) == 1 and max(seeds, default=1) > 1
+        else "one seed"
+        if seeds == {1}
+        else "mean over the seeds in each panel's title"
+    )
     n = len(panels)
     cols = min(n, 4)
-    width = max(6.4, 3.6 * cols)  # room for the title above a single panel
-    fig, axes = plt.subplots(
-        math.ceil(n / cols), cols, figsize=(width, 3.2 * math.ceil(n / cols) + 0.4), squeeze=False
-    )
+    nrows = math.ceil(n / cols)
+    fig = new_figure(max(6.4, 3.4 * cols + 1.2), 3.0 * nrows + 0.9)
+    axes = fig.subplots(nrows, cols, squeeze=False)
     image = None
     for ax, (label, pts) in zip(axes.flat, panels.items(), strict=False):
         pts = sorted(pts, key=lambda r: r["length"])
         conditions = [c["condition"] for c in pts[0]["by_condition"]]
-        grid = np.array([[c["accuracy"] for c in r["by_condition"]] for r in pts]).T
+        grid = np.array([[c["accuracy"] for c in r["by_condition"]] for r in pts], dtype=float).T
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
         ax.set_xticks(range(len(pts)), [str(r["length"]) for r in pts], fontsize=7)
-        key = next(iter(conditions[0]), "")
         ax.set_yticks(range(len(conditions)), [f"{c.get(key, '')}" for c in conditions], fontsize=7)
-        ax.set_xlabel("evaluation length")
-        ax.set_ylabel(key)
-        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("evaluation length", fontsize=8)
+        ax.set_ylabel(key, fontsize=8)
+        panel_seeds = int(pts[0].get("n_seeds", 1) or 1)
+        suffix = f" ({panel_seeds} seeds)" if "each panel" in statistic else ""
+        ax.set_title(wrap(label + suffix, 40), fontsize=9)  # ~ a panel's width
         for (y, x), value in np.ndenumerate(grid):
             ax.text(
                 x,
@@ -317,11 +463,20 @@ def heatmap_figure(rows: list[dict], series_key: str, title: str) -> Figure | No
                 va="center",
                 fontsize=6,
                 color="white" if value < 0.5 else "black",
+                in_layout=False,  # inside its cell: nothing for the layout to make room for
             )
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    what = f"{tasks}: accuracy (whole answer right) by {key} and evaluation length"
+    heading = what + ("" if statistic == "one seed" else f", {statistic}")
+    if title and not title.rstrip().endswith("vs evaluation length"):
+        heading = f"{title}\n{heading}"
+    fig.suptitle(heading, fontsize=10)
     if image is not None:
-        fig.colorbar(image, ax=list(axes.flat), shrink=0.8, label="accuracy")
-    return fig
+        fig.colorbar(
+            image,
+            ax=axes,
+            shrink=0.8,
+            label=f"accuracy, the whole answer right ({statistic})",
+        )
+    return finish_figure(fig)

@@ -11,7 +11,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,8 +19,14 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from poslab.errors import NO_SPACE_ERRNOS, ConfigError
-from poslab.evaluation.figures import accuracy_figure, heatmap_figure, position_figure, ppl_figure
-from poslab.evaluation.tables import is_task, markdown, metric_name
+from poslab.evaluation.figures import (
+    accuracy_figure,
+    heatmap_figure,
+    position_figure,
+    ppl_figure,
+    report_styles,
+)
+from poslab.evaluation.tables import is_nonfinite, is_task, markdown, metric_name
 from poslab.tracking import log_results
 
 CSV_FIELDS = [
@@ -126,23 +132,10 @@ def write_reports(
         files[path] = png_file(fig)
 
     try:
-        if is_task(rows):  # accuracy, the condition heatmap, and the answer tokens' perplexity
-            paths["accuracy_plot"] = out / f"{stem}_accuracy.png"
-            plot(paths["accuracy_plot"], accuracy_figure(rows, series_key, title))
-            heatmap = heatmap_figure(rows, series_key, title)
-            if heatmap is not None:
-                paths["heatmap"] = out / f"{stem}_heatmap.png"
-                plot(paths["heatmap"], heatmap)
-            tasks = ", ".join(dict.fromkeys(r["task"] for r in rows if r.get("task")))
-            answer_title = f"{tasks}: answer perplexity" if tasks else "answer perplexity"
-            plot(paths["ppl_plot"], ppl_figure(rows, series_key, answer_title))
-            del paths["position_plot"]  # no loss by position for answers
-        else:
-            plot(paths["ppl_plot"], ppl_figure(rows, series_key, title))
-            if position_rows is None:
-                position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
-            position_title = f"{title}: loss by position"
-            plot(paths["position_plot"], position_figure(position_rows, position_title))
+        del paths["position_plot"]  # back below if the report has one
+        for key, name, fig in report_figures(rows, title, series_key, stem, position_rows):
+            paths[key] = out / name
+            plot(paths[key], fig)
         write_all_or_none(files)
     except BaseException:
         if created:  # nothing of this call left behind (an empty folder included)
@@ -153,6 +146,112 @@ def write_reports(
         for fig in figures:
             plt.close(fig)
     return paths
+
+
+def report_figures(
+    rows: list[dict],
+    title: str,
+    series_key: str = "mode",
+    stem: str = "extrapolation",
+    position_rows: list[dict] | None = None,
+) -> Iterator[tuple[str, str, Figure]]:
+    """The figures of a report, as (path key, file name, figure), one at a time (the caller
+    closes each). Every series keeps one style in all of them (report_styles). A task's
+    report: accuracy, the condition heatmap (when its rows have conditions) and the answer
+    tokens' perplexity; a corpus': perplexity and loss by position (`position_rows`, by default
+    the rows of the first mode)."""
+    if not is_task(rows) and position_rows is None:
+        position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
+    styles = report_styles([*rows, *(position_rows or [])], series_key)
+    if is_task(rows):  # accuracy, the condition heatmap, and the answer tokens' perplexity
+        yield (
+            "accuracy_plot",
+            f"{stem}_accuracy.png",
+            accuracy_figure(rows, series_key, title, styles),
+        )
+        heatmap = heatmap_figure(rows, series_key, title)
+        if heatmap is not None:
+            yield "heatmap", f"{stem}_heatmap.png", heatmap
+        tasks = ", ".join(dict.fromkeys(r["task"] for r in rows if r.get("task")))
+        answer_title = f"{tasks}: answer perplexity" if tasks else "answer perplexity"
+        yield "ppl_plot", f"{stem}_ppl.png", ppl_figure(rows, series_key, answer_title, styles)
+    else:
+        yield "ppl_plot", f"{stem}_ppl.png", ppl_figure(rows, series_key, title, styles)
+        position_title = f"{title}: loss by position"
+        yield (
+            "position_plot",
+            f"{stem}_loss_by_position.png",
+            position_figure(position_rows or [], position_title, styles, series_key),
+        )
+
+
+def longest_rows(rows: list[dict]) -> list[dict]:
+    """The rows of a comparison's loss-by-position figure: each series of the first mode at its
+    longest evaluated length with a finite loss (what compare.py passes as position_rows)."""
+    if not rows:
+        return []
+    mode0 = rows[0]["mode"]
+    longest: dict[str, dict] = {}
+    for r in sorted(rows, key=lambda r: r["length"]):
+        if r["mode"] == mode0 and r["status"] == "ok" and not is_nonfinite(r, "loss"):
+            longest[r["scheme"]] = r
+    return list(longest.values())
+
+
+def write_figures(
+    rows: list[dict],
+    out: Path,
+    title: str,
+    series_key: str = "mode",
+    stem: str = "extrapolation",
+    position_rows: list[dict] | None = None,
+) -> dict[str, Path]:
+    """Only the PNGs of write_reports (all or none), e.g. to re-draw a committed report from its
+    JSON with the current figure code (scripts/replot.py); the tables are left as they are."""
+    files: dict[Path, FileWriter] = {}
+    paths: dict[str, Path] = {}
+    figures: list[Figure] = []
+    try:
+        for key, name, fig in report_figures(rows, title, series_key, stem, position_rows):
+            figures.append(fig)
+            paths[key] = out / name
+            files[paths[key]] = png_file(fig)
+        write_all_or_none(files)
+    finally:
+        for fig in figures:
+            plt.close(fig)
+    return paths
+
+
+def report_title(md: Path) -> str | None:
+    """The title a report was written with: the first line of its Markdown ("## title")."""
+    try:
+        first = md.read_text().split("\n", 1)[0]
+    except OSError:
+        return None
+    return first[3:].strip() if first.startswith("## ") else None
+
+
+def replot_report(folder: Path, out: Path | None = None, stem: str = "comparison") -> dict:
+    """Draw a written report's PNGs again from its {stem}.json with the current figure code, as
+    write_reports draws them (compare.py's series key "scheme", the title of its {stem}.md, the
+    loss by position of `longest_rows`), into `out` (default: `folder`). The JSON, CSV and
+    Markdown are read, never written. A folder without {stem}.json is a ConfigError."""
+    source = folder / f"{stem}.json"
+    try:
+        rows = json.loads(source.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"cannot read {source} ({err}); pass a report folder (compare.py --out)"
+        ) from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "scheme" in r for r in rows):
+        raise ConfigError(f"{source} is not a report's rows (a list of rows with a scheme)")
+    title = report_title(folder / f"{stem}.md")
+    if title is None:
+        raise ConfigError(f"{folder / stem}.md has no '## title' first line to title the figures")
+    out = out or folder
+    make_folder(out)
+    return write_figures(rows, out, title, "scheme", stem, longest_rows(rows))
 
 
 def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:

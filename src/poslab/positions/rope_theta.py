@@ -8,6 +8,7 @@ matplotlib is imported by the plot only, so that importing a scheme stays cheap.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 from typing import Any
 
@@ -33,43 +34,22 @@ def theta_ratio_rows(pos: Any, variant: str, run: str, seed: Any) -> list[dict]:
 
 
 def plot_theta(rows: list[dict], out: Path) -> Path:
-    """theta.png (one line per run: colour = variant, style = seed) and theta.csv in `out`."""
+    """theta.png (theta_figure) and theta.csv in `out`."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display on servers
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    colours: dict[str, Any] = {}  # one colour per variant, one line style per seed
-    seen: dict[str, int] = {}
+    fig = theta_figure(rows)
     for run in dict.fromkeys(r["run"] for r in rows):
         mine = [r for r in rows if r["run"] == run]
         variant, seed = mine[0]["variant"], mine[0]["seed"]
-        nth = seen[variant] = seen.get(variant, -1) + 1
-        (line,) = ax.plot(
-            [r["index"] for r in mine],
-            [r["ratio"] for r in mine],
-            marker=".",
-            color=colours.get(variant),
-            ls=("-", "--", ":", "-.")[nth % 4],
-            label=f"{variant}, seed {seed}",
-            alpha=0.8,
-        )
-        colours.setdefault(variant, line.get_color())
-        ratios = np.array([r["ratio"] for r in mine])
+        ratios = np.array([float(r["ratio"]) for r in mine])
         print(
             f"theta {variant} seed {seed} ({run}): θ/θ0 from {ratios.min():.3g} to "
             f"{ratios.max():.3g}, max |log ratio| {np.abs(np.log(np.abs(ratios))).max():.3g}"
         )
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_yscale("symlog", linthresh=1e-2)
-    ax.set_xlabel("frequency index i (θ_i = base^(−2i/R) at init)")
-    ax.set_ylabel("θ_i / θ_i(init) after training")
-    ax.set_title("Learnable θ: how far training moved each frequency")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
     if rows:
         with (out / "theta.csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -79,3 +59,77 @@ def plot_theta(rows: list[dict], out: Path) -> Path:
     plt.close(fig)
     print(f"wrote {out / 'theta'}.png and theta.csv", flush=True)
     return out / "theta.png"
+
+
+def theta_figure(rows: list[dict]) -> Any:
+    """θ_i/θ_i(init) against i, one line per run: colour = variant, marker and dash = its seed
+    among the variant's runs (unique for any number of runs). A symlog axis (raw θ can change
+    sign) whose limits hold every value, with decade ticks labelled as plain numbers."""
+    import matplotlib.ticker
+
+    from poslab.plotting import COLOURS, MARKERS, dash, finish_figure, new_figure
+
+    fig = new_figure(7.0, 4.4)
+    ax = fig.subplots()
+    variants: list[str] = []
+    seen: dict[str, int] = {}
+    handles = []
+    values: list[float] = []
+    for run in dict.fromkeys(r["run"] for r in rows):
+        mine = [r for r in rows if r["run"] == run]
+        variant, seed = mine[0]["variant"], mine[0]["seed"]
+        if variant not in variants:
+            variants.append(variant)
+        v = variants.index(variant)
+        nth = seen[variant] = seen.get(variant, -1) + 1
+        pattern = nth + 36 * (v // 10)  # (marker, dash) unique per colour: 9 × 4 combinations
+        ratios = [float(r["ratio"]) for r in mine]
+        values += ratios
+        (line,) = ax.plot(
+            [int(r["index"]) for r in mine],
+            ratios,
+            color=COLOURS[v % 10],
+            marker=MARKERS[pattern % 9],
+            ls=dash(pattern % 4 if pattern < 36 else pattern),
+            markersize=4,
+            label=f"{variant}, seed {seed}",
+            alpha=0.8,
+        )
+        handles.append(line)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    linthresh = 1e-2
+    ax.set_yscale("symlog", linthresh=linthresh)
+    if values:
+        ax.set_ylim(*symlog_limits(min(values + [1.0]), max(values + [1.0]), linthresh))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: signed_number(v)))
+    ax.set_xlabel("frequency index i (θ_i = base^(−2i/R) at init)")
+    ax.set_ylabel("θ_i / θ_i(init) after training (symlog)")
+    ax.set_title("Learnable θ: how far training moved each frequency")
+    ax.grid(True, alpha=0.3)
+    return finish_figure(fig, handles, [h.get_label() for h in handles])
+
+
+def symlog_limits(lo: float, hi: float, linthresh: float) -> tuple[float, float]:
+    """Axis limits holding [lo, hi] on a symlog axis with 5% of the transformed span to spare
+    on each side (matplotlib's own margins on symlog can cut the largest value off)."""
+
+    def forward(x: float) -> float:
+        a = abs(x)
+        return math.copysign(a / linthresh if a <= linthresh else 1 + math.log10(a / linthresh), x)
+
+    def inverse(y: float) -> float:
+        a = abs(y)
+        return math.copysign(a * linthresh if a <= 1 else linthresh * 10 ** (a - 1), y)
+
+    f_lo, f_hi = forward(lo), forward(hi)
+    pad = 0.05 * max(f_hi - f_lo, 1.0)
+    return inverse(f_lo - pad), inverse(f_hi + pad)
+
+
+def signed_number(value: float) -> str:
+    """A symlog tick label: 0, 0.01, 1, 100, 1,000, −100 (no mathtext powers)."""
+    if value == 0:
+        return "0"
+    a = abs(value)
+    text = f"{a:,.0f}" if a >= 10 else f"{a:g}"
+    return ("−" if value < 0 else "") + text

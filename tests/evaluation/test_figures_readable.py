@@ -1,0 +1,444 @@
+"""Every figure kind, drawn from awkward made-up rows, checked on the drawn figure: 16 series with
+long labels, two pairs of coinciding rows, perplexities 125-165 (and one row to 2,000, which
+forces a log axis), accuracies near 0 and 1 whose ± sd would spill past [0, 1], perplexity sds
+larger than the mean, rows merged over seeds. From fig.canvas.draw() and the artists' window
+extents: every text on the canvas, two labelled ticks inside the data on each value axis, no two
+series alike, bands inside [0, 1] (accuracy) or above 0 (perplexity), coincidences named, legends
+in natural order, one style per scheme across a report's figures."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from matplotlib.collections import PolyCollection
+from matplotlib.text import Text
+
+from poslab.analysis.attention import attention_figure
+from poslab.analysis.collisions import collisions_figure
+from poslab.analysis.decay import decay_figure, decay_rows
+from poslab.analysis.sinusoidal import sinusoidal_figure
+from poslab.analysis.t5_buckets import t5_buckets_figure
+from poslab.analysis.wavelength import wavelength_figure, wavelength_rows
+from poslab.evaluation.figures import (
+    accuracy_figure,
+    heatmap_figure,
+    natural_sorted,
+    position_figure,
+    ppl_figure,
+    report_styles,
+    style_for_index,
+)
+from poslab.evaluation.files import longest_rows, report_figures
+from poslab.positions.rope_theta import theta_figure
+
+LENGTHS = (64, 128, 256, 512, 1024)
+TRAIN = 64
+# 16 schemes: long labels, numbers to sort naturally, and two pairs that coincide (mrope = rope,
+# dynamic_ntk = ntk: the first of each pair is drawn first, beneath)
+SCHEMES = [
+    "rope",
+    "mrope",
+    "ntk",
+    "dynamic_ntk",
+    *(f"rope [pos.base={b}, optim.pos_lr_scale=10]" for b in ("100", "1000", "10000.0", "100000")),
+    "alibi",
+    "t5 [pos.max_distance=128, pos.num_buckets=32]",
+    "kerple",
+    "fire",
+    "sandwich",
+    "cope",
+    "xpos",
+    "alibi randomized N=2048 [pos.randomized_positions=true, seed=1]",
+]
+COINCIDE = {"mrope": "rope", "dynamic_ntk": "ntk"}
+
+
+def ppl_of(scheme: str, i: int) -> float:
+    """125-165 at the i-th length: every scheme a slightly different level and slope (a
+    coinciding scheme its twin's)."""
+    k = SCHEMES.index(COINCIDE.get(scheme, scheme))
+    return 125.0 + 2.2 * k + 1.3 * i * (k % 4) / 3
+
+
+def corpus_rows(outlier: bool = False) -> list[dict]:
+    rows = []
+    for scheme in SCHEMES:
+        for i, n in enumerate(LENGTHS):
+            ppl = ppl_of(scheme, i)
+            if outlier and scheme == "alibi":
+                ppl = 140.0 * (2000.0 / 140.0) ** (i / (len(LENGTHS) - 1))  # to 2,000
+            loss = math.log(ppl)
+            buckets = [
+                [p, loss + 0.3 * math.sin(p / 7) - 0.1 * math.log1p(p), 32] for p in range(n)
+            ]
+            if scheme in COINCIDE:  # its buckets equal its twin's too
+                twin = next(r for r in rows if r["scheme"] == COINCIDE[scheme] and r["length"] == n)
+                buckets = twin["loss_by_position"]
+            sd = ppl * 1.4 if scheme == "cope" else 0.8  # a spread larger than the mean
+            rows.append(
+                {
+                    "scheme": scheme,
+                    "mode": "nonoverlapping",
+                    "split": "validation",
+                    "length": n,
+                    "train_length": TRAIN,
+                    "factor": n / TRAIN,
+                    "status": "ok",
+                    "loss": loss,
+                    "ppl": ppl,
+                    "n_seeds": 3,
+                    "seeds": "1 2 3",
+                    "ppl_sd": sd,
+                    "loss_sd": 0.01,
+                    "ratio": ppl / ppl_of(scheme, 0),
+                    "ratio_sd": 1.2 if scheme == "cope" else 0.004,
+                    "loss_by_position": buckets,
+                    "vocab_size": 8191,
+                }
+            )
+    return rows
+
+
+def task_rows() -> list[dict]:
+    """A passkey-like task: accuracy near 0 and 1 with sds that would spill (0.59 ± 0.34, 0.98 ±
+    0.1, 0.02 ± 0.2), conditions by depth, merged over 3 seeds."""
+    rows = []
+    depths = (0.0, 0.25, 0.5, 0.75, 1.0)
+    for scheme in SCHEMES:
+        twin = COINCIDE.get(scheme, scheme)
+        level = [0.98, 0.59, 0.02, 0.995, 0.005][SCHEMES.index(twin) % 5]
+        for i, n in enumerate(LENGTHS):
+            acc = min(1.0, max(0.0, level - 0.01 * i * (SCHEMES.index(twin) % 3)))
+            ppl = 1.05 + 40.0 * (1 - acc) * (i + 1)
+            rows.append(
+                {
+                    "scheme": scheme,
+                    "mode": "passkey",
+                    "task": "passkey",
+                    "split": "generated",
+                    "length": n,
+                    "train_length": TRAIN,
+                    "factor": n / TRAIN,
+                    "status": "ok",
+                    "accuracy": acc,
+                    "accuracy_sd": 0.34 if level == 0.59 else 0.2,
+                    "token_accuracy": min(1.0, acc + 0.01),
+                    "token_accuracy_sd": 0.3,
+                    "token_chance": 0.1,
+                    "chance": 1e-5,
+                    "shortcut": 0.05,
+                    "shortcut_token": 0.2,
+                    "loss": math.log(ppl),
+                    "ppl": ppl,
+                    "ppl_sd": ppl * 1.75,  # answer perplexity: sd well above the mean
+                    "ratio": ppl / (1.05 + 40.0 * (1 - level)),
+                    "ratio_sd": 3.0,
+                    "n_seeds": 3,
+                    "seeds": "1 2 3",
+                    "learned": scheme != "sandwich",
+                    "by_condition": [
+                        {"condition": {"depth": d}, "accuracy": min(1.0, acc + 0.01 * j)}
+                        for j, d in enumerate(depths)
+                    ],
+                }
+            )
+    return rows
+
+
+# ---------------------------------------------------------------- what is checked
+
+
+def texts_drawn(fig) -> list:
+    """Every text the figure shows (titles, axis and tick labels in view, notes, legends)."""
+    found = [*fig.texts, *fig.legends]
+    for ax in fig.axes:
+        found += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        if ax.get_legend():
+            found.append(ax.get_legend())
+        if not ax.axison:
+            continue
+        found += [ax.xaxis.label, ax.yaxis.label]
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if lo - 1e-9 * abs(hi) <= tick.get_loc() <= hi + 1e-9 * abs(hi):
+                    found += [tick.label1, tick.label2]
+    return [t for t in found if t.get_visible() and (not isinstance(t, Text) or t.get_text())]
+
+
+def check_on_canvas(fig) -> None:
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.bbox.width, fig.bbox.height
+    for artist in texts_drawn(fig):
+        box = artist.get_window_extent(renderer)
+        what = artist.get_text() if isinstance(artist, Text) else type(artist).__name__
+        assert box.x0 >= -1 and box.y0 >= -1, (what[:60], box)
+        assert box.x1 <= width + 1 and box.y1 <= height + 1, (what[:60], box, width, height)
+
+
+def series_of(ax) -> list:
+    """The data series of an axes: labelled lines with markers (not reference lines)."""
+    return [
+        line
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_") and line.get_marker() not in (None, "None", "")
+    ]
+
+
+def check_unique_styles(ax) -> None:
+    looks = [
+        (
+            tuple(np.round(plt.matplotlib.colors.to_rgba(ln.get_color()), 4)),
+            ln.get_linestyle(),
+            ln.get_marker(),
+        )
+        for ln in series_of(ax)
+    ]
+    assert len(looks) == len(set(looks)), "two series drawn alike"
+
+
+def labelled_ticks_in_data(ax) -> list[float]:
+    """The labelled y ticks that fall inside [min, max] of the plotted series."""
+    ys = [y for ln in series_of(ax) for y in ln.get_ydata() if np.isfinite(y)]
+    lo, hi = min(ys), max(ys)
+    inside = []
+    for tick in ax.yaxis.get_major_ticks() + ax.yaxis.get_minor_ticks():
+        if tick.label1.get_text().strip() and lo * (1 - 1e-9) <= tick.get_loc() <= hi * (1 + 1e-9):
+            inside.append(tick.get_loc())
+    view = sorted(ax.get_ylim())
+    return [t for t in inside if view[0] <= t <= view[1]]
+
+
+def band_ys(ax) -> list[float]:
+    return [
+        y
+        for c in ax.collections
+        if isinstance(c, PolyCollection)
+        for path in c.get_paths()
+        for y in path.vertices[:, 1]
+    ]
+
+
+def legend_labels(fig) -> list[str]:
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    return [t.get_text() for leg in legends for t in leg.get_texts()]
+
+
+def style_of(fig, prefix: str) -> tuple:
+    for ax in fig.axes:
+        for ln in series_of(ax):
+            if ln.get_label() == prefix or ln.get_label().startswith(prefix + " "):
+                return (ln.get_color(), ln.get_linestyle(), ln.get_marker())
+    raise AssertionError(f"no line {prefix!r}")
+
+
+@pytest.fixture
+def drawn():
+    figures = []
+
+    def draw(fig):
+        figures.append(fig)
+        fig.canvas.draw()
+        return fig
+
+    yield draw
+    for fig in figures:
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------- the report figures
+
+
+@pytest.mark.parametrize("outlier", [False, True], ids=["125-165", "one row to 2,000 (log axis)"])
+def test_ppl_figure_with_its_shape_panel_is_readable(outlier, drawn):
+    rows = corpus_rows(outlier)
+    title = "perplexity vs evaluation length: " + ", ".join(SCHEMES[:6])  # a long title
+    fig = drawn(ppl_figure(rows, "scheme", title))
+    check_on_canvas(fig)
+    ppl_ax, shape_ax = fig.axes[:2]
+    assert (ppl_ax.get_yscale() == "log") == outlier
+    for ax in (ppl_ax, shape_ax):
+        check_unique_styles(ax)
+        assert len(series_of(ax)) == len(SCHEMES)
+        assert len(labelled_ticks_in_data(ax)) >= 2, ax.get_ylabel()
+        assert min(band_ys(ax)) > 0  # cope's sd is 1.4 × its mean: never down to 0 or below
+    labels = legend_labels(fig)
+    assert "mrope (= rope, coincide)" in labels
+    assert "dynamic_ntk (= ntk, coincide)" in labels
+    based = [label for label in labels if "pos.base=" in label]
+    assert [b.split("=")[1].split(",")[0] for b in based] == ["100", "1000", "10000.0", "100000"]
+
+
+def test_position_figure_is_readable_and_keeps_the_reports_styles(drawn):
+    rows = corpus_rows()
+    styles = report_styles(rows, "scheme")
+    title = "learnable θ: fixed vs learned as is (raw) vs as log θ, 3 seeds: loss by position"
+    fig = drawn(position_figure(longest_rows(rows), title, styles, "scheme"))
+    check_on_canvas(fig)
+    (ax,) = fig.axes
+    check_unique_styles(ax)
+    assert len(series_of(ax)) == len(SCHEMES)
+    assert len(labelled_ticks_in_data(ax)) >= 2
+    assert any(
+        label.startswith("mrope L=1024 (= rope L=1024, coincide)") for label in legend_labels(fig)
+    )
+    ppl = drawn(ppl_figure(rows, "scheme", "t", styles))
+    for scheme in ("alibi", "rope [pos.base=10000.0, optim.pos_lr_scale=10]", "xpos"):
+        assert style_of(fig, f"{scheme} L=1024") == style_of(ppl, scheme)
+
+
+def test_accuracy_figure_is_readable_with_bands_inside_0_and_1(drawn):
+    rows = task_rows()
+    fig = drawn(accuracy_figure(rows, "scheme", "passkey: accuracy vs evaluation length"))
+    check_on_canvas(fig)
+    for ax in fig.axes[:2]:
+        check_unique_styles(ax)
+        assert len(labelled_ticks_in_data(ax)) >= 2
+        ys = band_ys(ax)
+        assert ys and min(ys) >= 0.0 and max(ys) <= 1.0
+    labels = legend_labels(fig)
+    assert "mrope (= rope, coincide)" in labels
+    assert "sandwich (did not learn at L)" in labels
+
+
+def test_answer_perplexity_bands_stay_above_0_on_a_log_axis(drawn):
+    fig = drawn(ppl_figure(task_rows(), "scheme", "passkey: answer perplexity"))
+    check_on_canvas(fig)
+    for ax in fig.axes[:2]:
+        assert ax.get_yscale() == "log"
+        assert min(band_ys(ax)) > 0
+        assert len(labelled_ticks_in_data(ax)) >= 2
+
+
+def test_heatmap_is_titled_for_what_it_shows(drawn):
+    fig = drawn(heatmap_figure(task_rows(), "scheme", "passkey: accuracy vs evaluation length"))
+    check_on_canvas(fig)
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "passkey: accuracy" in title and "by depth and evaluation length" in title
+    assert "mean over 3 seeds" in title
+    colourbar = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert colourbar and "mean over 3 seeds" in colourbar[0].get_ylabel()
+
+
+def test_one_report_gives_a_scheme_one_style_in_every_figure(drawn):
+    rows = [r for r in task_rows() if r["scheme"] in ("alibi", "cope", "xpos", "rope", "mrope")]
+    figures = {key: drawn(fig) for key, _, fig in report_figures(rows, "t", "scheme", "c")}
+    assert set(figures) == {"accuracy_plot", "heatmap", "ppl_plot"}
+    for scheme in ("alibi", "cope", "xpos"):
+        assert style_of(figures["accuracy_plot"], scheme) == style_of(figures["ppl_plot"], scheme)
+
+
+def test_styles_are_unique_for_any_number_of_series():
+    looks = [tuple(str(v) for v in style_for_index(i).values()) for i in range(1000)]
+    assert len(set(looks)) == len(looks)
+    assert natural_sorted(["b=10000.0", "b=100000", "b=100", "b=1000"]) == [
+        "b=100",
+        "b=1000",
+        "b=10000.0",
+        "b=100000",
+    ]
+
+
+# ---------------------------------------------------------------- the analysis figures
+
+
+def test_analysis_figures_are_readable(drawn):
+    schemes = SCHEMES[:14]
+    attention = [
+        {
+            "scheme": s,
+            "train_length": 128,
+            "eval_length": 512,
+            "windows": 4,
+            "split": "validation",
+            "layer": layer,
+            "head": head,
+            "mean_distance": 10.0 + 8 * k + layer + head,
+            "mass_beyond_L": min(1.0, 0.05 * k + 0.01 * head),
+        }
+        for k, s in enumerate(schemes)
+        for layer in range(4)
+        for head in range(4)
+    ]
+    collisions = [
+        {
+            "length": n,
+            "position_dtype": dtype,
+            "exact_positions": 1.0 if dtype == "fp32" else min(1.0, 256 / n),
+            "distinct_angle_vectors": 1.0 if dtype == "fp32" else min(1.0, 256 / n) + 0.001,
+            "wrong_alibi_distances": 0.0 if dtype == "fp32" else 1 - min(1.0, 256 / n),
+        }
+        for dtype in ("fp32", "bf16")
+        for n in (256, 512, 1024, 2048)
+    ]
+    sinusoidal = [
+        {"distance": r, "d_model": d, "base": 10000.0, "similarity": math.cos(r / 40) / (1 + r / d)}
+        for d in (64, 256)
+        for r in range(300)
+    ]
+    wavelength = [
+        row for d in (16, 32) for b in (100.0, 10000.0) for row in wavelength_rows(d, b, 64)
+    ]
+    t5 = [
+        {
+            "run": f"{k}_t5-small-L128",
+            "max_distance": md,
+            "seed": k,
+            "train_length": 128,
+            "bucket": b,
+            "first_distance": None if b == 31 and md == 32 else round(md * 2 ** (b / 8 - 3)),
+            "bias_mean": -0.1 * b + 0.01 * k,
+            "share_at_L": 0.5**b,
+            "share_at_16L": 0.7**b,
+            "bias_head0": -0.1 * b,
+            "bias_head1": -0.12 * b + 0.01 * k,
+        }
+        for k, md in enumerate([32, 64, 128, 256] * 3)
+        for b in range(32)
+    ]
+    collisions_fig = collisions_figure(collisions)
+    for fig in (
+        attention_figure(attention),
+        collisions_fig,
+        decay_figure(decay_rows([100.0, 10000.0, 500000.0], [16, 32], 512)),
+        sinusoidal_figure(sinusoidal),
+        wavelength_figure(wavelength),
+        t5_buckets_figure(t5),
+    ):
+        drawn(fig)
+        check_on_canvas(fig)
+        for ax in fig.axes:
+            check_unique_styles(ax)
+    # fp32's exact positions and distinct angles are 1 at every N
+    assert any("coincide" in label for label in legend_labels(collisions_fig))
+
+
+def test_theta_figure_holds_every_line(drawn):
+    """A raw θ that grew 1,353× and one that turned negative: the y-range holds both."""
+    rows = []
+    for run, (variant, seed) in enumerate(
+        [("rope θ raw", s) for s in (1, 2, 3, 4, 5)] + [("rope θ log", s) for s in (1, 2, 3)]
+    ):
+        for i in range(32):
+            ratio = 1.0 + 0.01 * i
+            if variant.endswith("raw") and i == 31:
+                ratio = 1353.0 if seed == 1 else -250.0 * seed
+            rows.append(
+                {
+                    "run": f"{run}_run",
+                    "variant": variant,
+                    "seed": seed,
+                    "index": i,
+                    "theta_init": 1.0,
+                    "ratio": ratio,
+                }
+            )
+    fig = drawn(theta_figure(rows))
+    check_on_canvas(fig)
+    (ax,) = fig.axes
+    check_unique_styles(ax)
+    lo, hi = ax.get_ylim()
+    assert lo < -1250.0 and hi > 1353.0
