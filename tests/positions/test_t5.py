@@ -79,3 +79,18 @@ def test_t5_attention_bias_is_function_of_relative_position():
     for d, value in by_distance.items():
         bucket = int(t5_bucket(torch.tensor(d)))
         assert torch.equal(value, scheme.bias[0][bucket].detach())
+
+
+@pytest.mark.parametrize(
+    ("train_length", "expected"), [(512, 128), (128, 32), (64, 17), (2048, 512)]
+)
+def test_t5_auto_max_distance_is_a_quarter_of_the_training_length(train_length, expected):
+    scheme = T5Bias(32, 4, max_distance="auto", train_length=train_length)
+    assert scheme.max_distance == expected  # the paper's 128 at L = 512; ≥ 17 with 32 buckets
+
+
+def test_t5_auto_max_distance_without_a_training_length_is_one_line():
+    with pytest.raises(ConfigError, match="max_distance=auto needs pos.train_length"):
+        T5Bias(32, 4, max_distance="auto")
+    with pytest.raises(ConfigError, match="pos.max_distance"):
+        T5Bias(32, 4, max_distance="far", train_length=128)

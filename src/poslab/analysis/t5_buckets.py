@@ -79,11 +79,11 @@ def plot_t5_buckets(rows: list[dict], factor: float, out: Path, name: str = "t5_
 
 
 def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
-    """Left: the learned bias (mean over heads; thin: each head) against the bucket's first
-    distance, one style per run (poslab.plotting: unique for any number of runs). Right: the
-    share of query–key pairs per bucket at L and at factor × L, per max_distance (colour =
-    max_distance, marker and dash = L or factor × L). `factor`: by default the one of the rows'
-    `share_at_<factor>L` column (a re-plot from t5_buckets.csv)."""
+    """Left: the learned bias (mean over heads; thin: each head) against the distance, a step
+    per bucket up to factor × L, one style per run (poslab.plotting: unique for any number of
+    runs). Right: the share of query–key pairs per bucket at L and at factor × L, per
+    max_distance (colour = max_distance, marker and dash = L or factor × L). `factor`: by
+    default the one of the rows' `share_at_<factor>L` column (a re-plot from t5_buckets.csv)."""
     import matplotlib.ticker
 
     from poslab.plotting import (
@@ -111,12 +111,18 @@ def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
     handles = []
     for run in runs:
         mine = [r for r in rows if r["run"] == run and r["first_distance"] is not None]
-        xs = [r["first_distance"] + 1 for r in mine]
+        # a step per bucket over every distance it holds, up to factor × L: the last bucket's
+        # one bias spans every distance from max_distance on
+        xs = [r["first_distance"] + 1 for r in mine] + [mine[-1]["last_distance"] + 2]
         heads = sorted((k for k in mine[0] if k.startswith("bias_head")), key=lambda k: int(k[9:]))
         style = styles[labels[run]]
         for h in heads:
-            left.plot(xs, [r[h] for r in mine], color=style["color"], lw=0.5, alpha=0.35)
-        (line,) = left.plot(xs, [r["bias_mean"] for r in mine], ms=3, label=labels[run], **style)
+            ys = [r[h] for r in mine]
+            left.plot(xs, [*ys, ys[-1]], color=style["color"], lw=0.5, alpha=0.35, ds="steps-post")
+        means = [r["bias_mean"] for r in mine]
+        (line,) = left.plot(
+            xs, [*means, means[-1]], ms=3, label=labels[run], ds="steps-post", **style
+        )
         handles.append(line)
     key = f"share_at_{factor:g}L"
     shown: dict[int, list[dict]] = {}
@@ -143,13 +149,16 @@ def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: plain_number(v)))
-        ax.set_xlabel("bucket's first distance + 1 (tokens); dotted: training length")
         ax.grid(True, which="both", alpha=0.3)
+    left.set_xlabel("query–key distance + 1 (tokens); dotted: training length")
+    right.set_xlabel("bucket's first distance + 1 (tokens); dotted: training length")
     train_length = rows[0]["train_length"]
     left.axvline(train_length, color="grey", ls=":", lw=1)
     right.axvline(train_length, color="grey", ls=":", lw=1)
     left.set_ylabel("learned bias (logit added)")
-    left.set_title("T5 bias per bucket (bold: mean over heads; thin: each head)")
+    left.set_title(
+        f"T5 bias by distance up to {factor:g}×L (bold: mean over heads; thin: each head)"
+    )
     right.set_ylabel("share of causal query–key pairs")
     right.set_yscale("log")
     shares = [r[v] for r in rows for v in ("share_at_L", key) if r[v]]

@@ -542,7 +542,7 @@ def compare(
         )
     out = Path(out)
     check_writable(out, "--out")
-    from poslab.evaluation.files import write_reports
+    from poslab.evaluation.files import longest_rows, write_reports
 
     # write_reports makes `out` (and removes it again if a write fails)
     tasks = {r.get("task") for r in rows}
@@ -566,12 +566,7 @@ def compare(
         for mode in dict.fromkeys(r["mode"] for r in rows):
             text += differences(rows, baseline, mode)
     # loss by position: each scheme at its longest evaluated length, first mode only
-    mode0 = rows[0]["mode"]
-    longest: dict[str, dict] = {}
-    for r in sorted(rows, key=lambda r: r["length"]):
-        if r["mode"] == mode0 and r["status"] == "ok" and not is_nonfinite(r, "loss"):
-            longest[r["scheme"]] = r
-    write_reports(rows, out, title, "scheme", "comparison", text, list(longest.values()))
+    write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows))
     print(text, flush=True)
     print(f"\nwrote comparison.{{md,csv,json}} and plots to {out}", flush=True)
     return rows

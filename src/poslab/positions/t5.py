@@ -3,6 +3,11 @@
 Distances are bucketed causally: exact buckets for small distances, logarithmic ones up to
 `max_distance`, and everything farther shares the last bucket. One table serves all layers (as in
 T5), or one per layer with `per_layer=true`.
+
+`max_distance: auto` sets it to a quarter of the training length (at least one past the exact
+buckets): T5's and the ALiBi paper's 128 at L = 512. The fraction of training query–key pairs in
+the last bucket then stays what it is there (~60%) at any L; a fixed 128 at L = 128 leaves that
+bucket 1.5% of the training pairs but 89% of a 16× window's (`scripts/analysis.py t5`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,16 @@ def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) 
     return torch.where(d < max_exact, d.to(torch.long), log_bucket)
 
 
+def auto_max_distance(train_length: int | None, num_buckets: int) -> int:
+    """`max_distance: auto`: L/4 (the paper's 128 at L = 512), at least num_buckets/2 + 1."""
+    if train_length is None:
+        raise ConfigError(
+            "pos.max_distance=auto needs pos.train_length (conf/pos/t5.yaml sets it to "
+            "${data.seq_len}); set it, or give pos.max_distance a number"
+        )
+    return max(train_length // 4, num_buckets // 2 + 1)
+
+
 class T5Bias(PositionalScheme):
     needs = "bias"
     shift_invariant: ClassVar[bool] = True
@@ -38,13 +53,17 @@ class T5Bias(PositionalScheme):
         d_model: int,
         n_head: int,
         num_buckets: int = 32,
-        max_distance: int = 128,
+        max_distance: int | str = 128,
         per_layer: bool = False,
+        train_length: int | None = None,
         **common: Any,
     ) -> None:
         super().__init__(d_model, n_head, **common)
         require("pos.per_layer", per_layer, boolean())
         require("pos.num_buckets", num_buckets, integer(2))
+        require("pos.train_length", train_length, integer(1, null=True))
+        if max_distance == "auto":
+            max_distance = auto_max_distance(train_length, num_buckets)
         require("pos.max_distance", max_distance, integer(1))
         if num_buckets < 2 or max_distance <= num_buckets // 2:
             raise ConfigError(
