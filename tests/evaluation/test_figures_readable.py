@@ -390,6 +390,7 @@ def test_analysis_figures_are_readable(drawn):
             "train_length": 128,
             "bucket": b,
             "first_distance": None if b == 31 and md == 32 else round(md * 2 ** (b / 8 - 3)),
+            "last_distance": None if b == 31 and md == 32 else round(md * 2 ** ((b + 1) / 8 - 3)),
             "bias_mean": -0.1 * b + 0.01 * k,
             "share_at_L": 0.5**b,
             "share_at_16L": 0.7**b,
