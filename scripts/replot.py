@@ -5,8 +5,8 @@ python scripts/replot.py docs/results/rope_base docs/results/tasks_passkey ...
 python scripts/replot.py docs/results/rope_base --out /tmp/rope_base   # elsewhere
 
 The figures are those compare.py writes (poslab.evaluation.files.report_figures), titled with the
-first line of each folder's comparison.md; compare.py run on a comparison.json would not do: it
-reads one file as one run. Bad input (a folder without comparison.json, an --out that cannot be
+first line of each folder's comparison.md. (`compare.py docs/results/NAME/comparison.json --out
+DIR` draws the same figures but writes its tables again, with the current table code.) Bad input (a folder without comparison.json, an --out that cannot be
 written) is one `error: ...` line with exit code 2.
 """
 
