@@ -6,8 +6,9 @@ python scripts/replot.py docs/results/rope_base --out /tmp/rope_base   # elsewhe
 
 The figures are those compare.py writes (poslab.evaluation.files.report_figures), titled with the
 first line of each folder's comparison.md. (`compare.py docs/results/NAME/comparison.json --out
-DIR` draws the same figures but writes its tables again, with the current table code.) Bad input (a folder without comparison.json, an --out that cannot be
-written) is one `error: ...` line with exit code 2.
+DIR` draws the same figures but writes its tables again, with the current table code.) Bad
+input (a folder without comparison.json, an --out that cannot be written) is one `error: ...`
+line with exit code 2.
 """
 
 from __future__ import annotations
