@@ -185,3 +185,21 @@ def test_a_one_seed_row_of_another_seed_still_gets_its_difference(tmp_path):
     text = (tmp_path / "out" / "comparison.md").read_text()
     xpos = next(line for line in text.splitlines() if line.startswith("| xpos | 1 |"))
     assert xpos.startswith("| xpos | 1 | −15.00 (no CI) |")  # 95 − mean(100, 110, 120)
+
+
+def test_a_committed_table_stands_beside_new_runs_with_its_rows_labelled_by_its_folder(tmp_path):
+    three_seeds(tmp_path / "old_runs")
+    compare([tmp_path / "old_runs"], tmp_path / "committed")  # rope, alibi, t5 over 3 seeds
+    for seed in (1, 2, 3):  # new seeds of a t5 variant and of the baseline
+        level = 100.0 + 10 * (seed - 1)
+        seeded_run(tmp_path / "new" / f"rope{seed}", "rope", [level, level + 10, level + 30], seed)
+        seeded_run(tmp_path / "new" / f"t5{seed}", "t5", [level, level + 9, level + 25], seed)
+    committed = tmp_path / "committed" / "comparison.json"
+    rows = compare([tmp_path / "new", committed], tmp_path / "out", baseline="rope")
+    names = {r["scheme"] for r in rows}
+    assert names == {"rope", "t5", "rope [committed]", "t5 [committed]", "alibi"}
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    assert lines["| t5"].startswith("| t5 | 3 paired | +0.00 [+0.00, +0.00]")  # new: by seed
+    assert "| t5 [committed] | 3 paired |" in text  # its per_seed values were kept
+    assert lines["| alibi"].startswith("| alibi | 3 paired | −2.00")

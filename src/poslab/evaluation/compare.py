@@ -108,14 +108,28 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
     """All rows, with `scheme` made unique per configuration when two runs share a scheme name:
     by the training options in which those runs differ (`rope [pos.base=100]`), else by run
     folder (sweep/folder where two sweeps' jobs share a folder name). Runs that differ only in
-    `seed` are one configuration: merged into mean ± sd rows (poslab.evaluation.seeds).
+    `seed` are one configuration: merged into mean ± sd rows (poslab.evaluation.seeds). A file
+    of several schemes' rows (a committed comparison.json) gives one entry per row, labelled by
+    the table's folder when a run of that name stands beside it (`t5 [extrapolation_cpu_all]`).
     `for_report`: every row is checked for what the report reads too (read_result)."""
-    runs = [path.parent.parent for path in results]
-    folder_names = [r.name for r in runs]
+    runs: list[Path] = []
+    rows_of: list[list[dict]] = []
+    for path in results:
+        rows = read_result(path, for_report)
+        schemes_in_file = list(dict.fromkeys((r["scheme"], r.get("task")) for r in rows))
+        if len(schemes_in_file) > 1:
+            # a table of several rows (a committed comparison.json): each row stands on its own,
+            # labelled by the folder holding the table if a run of the same name is beside it
+            for key in schemes_in_file:
+                runs.append(path.parent)
+                rows_of.append([r for r in rows if (r["scheme"], r.get("task")) == key])
+        else:
+            runs.append(path.parent.parent)
+            rows_of.append(rows)
+    folder_names = [r.name for r in dict.fromkeys(runs)]  # a table's rows share one folder
     folders = [
         r.name if folder_names.count(r.name) == 1 else f"{r.parent.name}/{r.name}" for r in runs
     ]
-    rows_of = [read_result(path, for_report) for path in results]
     # runs of one scheme on different tasks are not twins: their rows never share a table
     schemes = [(rows[0]["scheme"], rows[0].get("task")) if rows else None for rows in rows_of]
     labels: list[str | None] = [None] * len(runs)
