@@ -203,3 +203,37 @@ def test_a_committed_table_stands_beside_new_runs_with_its_rows_labelled_by_its_
     assert lines["| t5"].startswith("| t5 | 3 paired | +0.00 [+0.00, +0.00]")  # new: by seed
     assert "| t5 [committed] | 3 paired |" in text  # its per_seed values were kept
     assert lines["| alibi"].startswith("| alibi | 3 paired | −2.00")
+
+
+def test_rename_and_only_choose_and_order_the_rows(tmp_path, capsys):
+    three_seeds(tmp_path / "runs")
+    out = tmp_path / "out"
+    main(
+        [
+            str(tmp_path / "runs"),
+            "--out",
+            str(out),
+            "--rename",
+            "t5=t5 (md 128)",
+            "--only",
+            "t5 (md 128)",
+            "--only",
+            "rope",
+            "--baseline",
+            "rope",
+        ]
+    )
+    rows = json.loads((out / "comparison.json").read_text())
+    assert list(dict.fromkeys(r["scheme"] for r in rows)) == ["t5 (md 128)", "rope"]
+    assert "| t5 (md 128) | 3 paired |" in (out / "comparison.md").read_text()
+    for bad, said in (
+        (["--rename", "xpos=x"], "--rename 'xpos': no such row"),
+        (["--rename", "rope"], "--rename 'rope': write ROW=NAME"),
+        (["--only", "t5 (md 128)"], "--only 't5 (md 128)': no such row"),
+    ):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main([str(tmp_path / "runs"), "--out", str(tmp_path / "o2"), *bad])
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and err.count("\n") == 0 and said in err, err
+        assert not (tmp_path / "o2").exists()

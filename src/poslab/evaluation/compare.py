@@ -528,16 +528,43 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
     )
 
 
+def chosen_rows(rows: list[dict], rename: dict[str, str], only: list[str] | None) -> list[dict]:
+    """`rows` with labels renamed, then (with `only`) just the named rows in that order; a name
+    that is no row is a ConfigError listing the rows."""
+    labels = list(dict.fromkeys(r["scheme"] for r in rows))
+    for old in rename:
+        if old not in labels:
+            raise ConfigError(
+                f"--rename {old!r}: no such row; rename one of: "
+                + ", ".join(repr(x) for x in labels)
+            )
+    rows = [{**r, "scheme": rename.get(r["scheme"], r["scheme"])} for r in rows]
+    if only is None:
+        return rows
+    labels = list(dict.fromkeys(r["scheme"] for r in rows))
+    missing = [name for name in only if name not in labels]
+    if missing:
+        raise ConfigError(
+            f"--only {missing[0]!r}: no such row (after --rename); choose from: "
+            + ", ".join(repr(x) for x in labels)
+        )
+    return [r for name in only for r in rows if r["scheme"] == name]
+
+
 def compare(
     paths: list[str | Path],
     out: str | Path,
     title: str | None = None,
     baseline: str | None = None,
+    rename: dict[str, str] | None = None,
+    only: list[str] | None = None,
 ) -> list[dict]:
     """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows. With
     `baseline` (a row's scheme label) the report adds every other row's difference to it, with
-    95% intervals (`differences`). Paths that do not exist or hold no results, or a baseline
-    that is no row, are a ConfigError (one line: which folder or name, what to pass)."""
+    95% intervals (`differences`). `rename` maps row labels to the names shown (applied
+    first); `only` keeps just those rows, in that order. Paths that do not exist or hold no
+    results, or a baseline, rename or only that names no row, are a ConfigError (one line:
+    which folder or name, what to pass)."""
     names = ", ".join(str(p) for p in paths) or "(no path given)"
     missing = [str(p) for p in paths if not Path(p).exists()]
     if missing:
@@ -548,6 +575,7 @@ def compare(
     rows = label_rows(results, for_report=True)
     if not rows:
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
+    rows = chosen_rows(rows, rename or {}, only)
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     if baseline is not None and baseline not in schemes:
         raise ConfigError(
@@ -608,5 +636,26 @@ def main(argv: list[str] | None = None) -> None:
         help="a row (scheme label) to which every other row's difference is given, paired by "
         "seed, with a 95%% confidence interval",
     )
+    parser.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="ROW=NAME",
+        help="show row ROW (its label in the table) as NAME; repeatable",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        metavar="ROW",
+        help="keep only this row (its label after --rename); repeatable, kept in that order",
+    )
     args = parser.parse_args(argv)
-    compare(args.paths, args.out or default_out(args.paths), args.title, args.baseline)
+    rename = {}
+    for pair in args.rename:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            parser.error(f"--rename {pair!r}: write ROW=NAME")
+        rename[old] = new
+    out = args.out or default_out(args.paths)
+    compare(args.paths, out, args.title, args.baseline, rename, args.only)
