@@ -60,6 +60,7 @@ NOT_SETTINGS = (
     "eval.device",
     "train.fingerprints",
     "train.validate_before_fit",
+    "pos.train_length",  # t5's copy of data.seq_len (which is compared), for max_distance=auto
 )
 
 # options added after some committed runs were made, each with the value that does what those
