@@ -170,8 +170,13 @@ def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
 
 
 def run_t5_buckets(out: Path, paths: list[str], factor: float = 16.0) -> list[dict]:
-    rows: list[dict] = []
-    for p in paths:
-        rows += t5_bucket_rows(p, factor)
+    per_run = [t5_bucket_rows(p, factor) for p in paths]
+    if len({rows[0]["run"] for rows in per_run}) < len(per_run):  # sweeps name jobs alike
+        for p, rows in zip(paths, per_run, strict=True):
+            ckpt = checkpoint_path(p)
+            sweep = ckpt.parents[2].name if ckpt.parent.name == "checkpoints" else ckpt.parent.name
+            for r in rows:
+                r["run"] = f"{sweep}/{r['run']}"
+    rows = [r for mine in per_run for r in mine]
     plot_t5_buckets(rows, factor, out)
     return rows
