@@ -517,6 +517,8 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
         digits = [2 if metric == "ppl" else 3] * len(lengths) + [3] * ratio_column
         texts = [difference_cell(i, d) for i, d in zip(found, digits, strict=True)]
         lines.append(f"| {scheme} | {pairing} | {' | '.join(texts)} |")
+    if len(lines) == 2:  # no row has a difference to show (the baseline lacks this mode)
+        return ""
     what = "perplexity" if metric == "ppl" else "accuracy (whole answer)"
     return (
         f"\n\n### difference to {baseline} ({mode}): {what}, mean [95% CI]\n\n"
