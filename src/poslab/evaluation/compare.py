@@ -285,6 +285,14 @@ def ratio(rows: list[dict], scheme: str, mode: str, factor: float) -> float | No
     return at[factor] / at[1.0]
 
 
+def with_ratio(rows: list[dict], row: dict, factor: float) -> dict:
+    """`row` with its ratio at `factor`×: a one-seed row keeps no `ratio` field, so its own ppl
+    there over its ppl at 1× (`ratio`)."""
+    if "ratio" in row:
+        return row
+    return {**row, "ratio": ratio(rows, row["scheme"], row["mode"], factor)}
+
+
 def row_at(rows: list[dict], scheme: str, mode: str, factor: float) -> dict | None:
     """`scheme`'s row at `factor`× the training length in `mode`, else None."""
     return next(
@@ -386,7 +394,7 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
             rows_at = {s: row_at(rows, s, mode, factor) for s in (low, high)}
             if None in rows_at.values():
                 continue
-            pair = [{**x, "ratio": r[s]} if "ratio" not in x else x for s, x in rows_at.items()]
+            pair = [with_ratio(rows, x, factor) for x in rows_at.values()]
             d = difference(pair[1], pair[0], "ratio")
             if d is not None and d.distinguishable is False:
                 notes.append(f"{high} − {low} {difference_cell(d, 3)}")
@@ -430,9 +438,7 @@ def difference(row: dict, base: dict, metric: str) -> Interval | None:
     else Welch's interval from the rows' mean ± sd over seeds, else None."""
     from poslab.evaluation.intervals import paired_difference, welch_from_summaries
 
-    if "nonfinite" in (row["status"], base["status"]) or not all(
-        r["status"] == "ok" for r in (row, base)
-    ):
+    if not all(r["status"] == "ok" for r in (row, base)):
         return None
     mine, theirs = (r.get("per_seed", {}).get(metric) for r in (row, base))
     found = paired_difference(mine, theirs) if mine and theirs else None
@@ -494,13 +500,7 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
             for n in lengths
         ]
         if ratio_column and (scheme, longest) in cells:
-            # a one-seed row keeps no ratio field: its own ppl at the longest length over 1×
-            pair = [
-                {**cells[s, longest], "ratio": ratio(sub, s, mode, factor)}
-                if "ratio" not in cells[s, longest]
-                else cells[s, longest]
-                for s in (scheme, baseline)
-            ]
+            pair = [with_ratio(sub, cells[s, longest], factor) for s in (scheme, baseline)]
             found.append(difference(*pair, "ratio"))
         elif ratio_column:
             found.append(None)

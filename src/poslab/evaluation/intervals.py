@@ -161,7 +161,7 @@ def wilson_interval(
     """Wilson's score interval for a proportion successes / n (None for n < 1)."""
     if n < 1:
         return None
-    z = math.sqrt(2.0) * _inverse_erf(confidence)
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0)
     p = min(max(successes / n, 0.0), 1.0)
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
@@ -169,14 +169,3 @@ def wilson_interval(
     low = 0.0 if p == 0.0 else max(0.0, centre - half)
     high = 1.0 if p == 1.0 else min(1.0, centre + half)
     return low, high
-
-
-def _inverse_erf(y: float) -> float:
-    """x with erf(x) = y (Newton's method from a close start)."""
-    x = 0.0
-    for _ in range(100):
-        step = (math.erf(x) - y) / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
-        x -= step
-        if abs(step) < 1e-15:
-            break
-    return x
