@@ -30,12 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from poslab.checks import integer, number, require
+from poslab.checks import boolean, integer, number, require
 from poslab.errors import ConfigError
 from poslab.precision import compute_dtype
 
-KERNELS = ("auto", "sdpa", "blockwise", "flex", "linear")
-NEEDS = ("nothing", "bias", "scores")  # what a scheme may need (positions/base.py)
+KERNELS = ("auto", "sdpa", "blockwise", "flex", "linear", "stick_breaking")
+# what a scheme may need (positions/base.py), in order: a kernel that serves one need serves
+# those before it, so a per-layer schedule needs the most demanding of its layers' needs
+NEEDS = ("nothing", "decay", "bias", "scores")
 log = logging.getLogger(__name__)
 BiasFn = Callable[[Tensor, Tensor], Tensor]  # (q_positions, k_positions) -> (H, Tq, Tk) fp32
 ScoreBias = Callable[[Tensor, Tensor, Tensor], Tensor]  # (head, q_pos, k_pos) -> bias
@@ -44,45 +46,80 @@ FULL_BIAS_BYTES = 256 * 2**20
 
 
 class CausalBias:
-    """A scheme's causal score bias for one forward, in the dtype of the attention scores.
+    """A scheme's causal score bias for one forward (or one layer), in the dtype of the scores.
 
-    Positions and the bias are exact fp32; under bf16 autocast the bias is then rounded to bf16
-    like the q·k scores it is added to (relative error 2^-9): keys stay distinct, but a far key's
-    already small weight e^bias moves by up to |bias|/512.
+    The bias is the sum of what applies: the scheme's positional bias (`bias_fn`), a
+    data-dependent decay c (B, H, T) seen as c_i − c_j (FoX's cumulative log forget gates), and
+    the mask of a sliding `window` (a query sees its last `window` keys, itself included).
+    Positions, the bias and the decay are exact fp32; under bf16 autocast the sum is then rounded
+    to bf16 like the q·k scores it is added to (relative error 2^-9): keys stay distinct, but a
+    far key's already small weight e^bias moves by up to |bias|/512.
     """
 
     def __init__(
         self,
-        bias_fn: BiasFn,
+        bias_fn: BiasFn | None,
         positions: Tensor,
         n_head: int,
         dtype: torch.dtype,
         block_size: int,
         full_bias_bytes: int | None = None,
+        decay: Tensor | None = None,
+        window: int | None = None,
     ) -> None:
         self.bias_fn = bias_fn
         self.positions = positions
         self.dtype = dtype
+        self.decay = decay
+        self.window = window
         seq_len = positions.shape[-1]
         self.index = torch.arange(seq_len, device=positions.device)
         limit = FULL_BIAS_BYTES if full_bias_bytes is None else full_bias_bytes
         batch = positions.shape[0] if positions.dim() == 2 else 1  # per-sequence positions
+        batch = decay.shape[0] if decay is not None else batch
         full = batch * n_head * seq_len * seq_len * torch.finfo(dtype).bits // 8 <= limit
         self.block_size = seq_len if full else max(1, block_size)
         self.full = self._build(0, seq_len) if full else None
 
+    def first_key(self, start: int) -> int:
+        """The first key a block of queries from `start` on can see (0 without a window)."""
+        return 0 if self.window is None else max(0, start - self.window + 1)
+
     def _build(self, start: int, end: int) -> Tensor:
         # causality is by index (the order of tokens), bias is by position (what the scheme sees)
-        future = self.index[None, :end] > self.index[start:end, None]
-        bias = self.bias_fn(self.positions[..., start:end], self.positions[..., :end])
-        bias = bias.masked_fill(future, float("-inf")).to(self.dtype)
-        return bias if bias.dim() == 4 else bias.unsqueeze(0)  # (B or 1, H, Tq, Tk)
+        first = self.first_key(start)
+        hidden = masked_keys(self.index, start, end, first, self.window)
+        bias = torch.zeros((), device=self.index.device)
+        if self.bias_fn is not None:
+            bias = self.bias_fn(self.positions[..., start:end], self.positions[..., first:end])
+        if self.decay is not None:
+            with torch.autocast(device_type=self.decay.device.type, enabled=False):
+                decay = self.decay.float()
+                bias = bias + decay[..., start:end, None] - decay[..., None, first:end]
+        bias = torch.where(hidden, float("-inf"), bias).to(self.dtype)
+        while bias.dim() < 4:  # (B or 1, H or 1, Tq, Tk)
+            bias = bias.unsqueeze(0)
+        return bias
 
-    def block(self, start: int, end: int) -> Tensor:
-        """(1 or B, H, end − start, end): the bias of queries start..end−1 over keys 0..end−1."""
+    def block(self, start: int, end: int) -> tuple[Tensor, int]:
+        """The bias (1 or B, H or 1, end − start, end − first) of queries start..end−1 over
+        keys first..end−1, and `first` (`first_key`)."""
         if self.full is not None:
-            return self.full[:, :, start:end, :end]
-        return self._build(start, end)
+            first = self.first_key(start)
+            return self.full[:, :, start:end, first:end], first
+        return self._build(start, end), self.first_key(start)
+
+
+def masked_keys(
+    index: Tensor, start: int, end: int, first: int = 0, window: int | None = None
+) -> Tensor:
+    """(end − start, end − first) True where query start..end−1 may not see key first..end−1:
+    a later token, or one `window` or more tokens back."""
+    queries, keys = index[start:end, None], index[None, first:end]
+    hidden = keys > queries
+    if window is not None:
+        hidden = hidden | (queries - keys >= window)
+    return hidden
 
 
 def causal_attention(
@@ -96,7 +133,8 @@ def causal_attention(
     bias: CausalBias | None = None,
 ) -> Tensor:
     """q, k, v: (B, H, T, D); positions: (T,) or (B, T). Returns (B, H, T, D). The bias comes
-    prepared (`bias`, as the model passes it) or as a function of positions (`bias_fn`)."""
+    prepared (`bias`, as the model passes it: it may also carry a decay and a window) or as a
+    function of positions (`bias_fn`)."""
     if bias is None and bias_fn is not None:
         bias = CausalBias(bias_fn, positions, q.shape[1], q.dtype, block_size, full_bias_bytes=0)
     if bias is None:
@@ -109,12 +147,13 @@ def causal_attention(
     outputs = []
     for start in range(0, seq_len, bias.block_size):
         end = min(start + bias.block_size, seq_len)
+        mask, first = bias.block(start, end)
         outputs.append(
             F.scaled_dot_product_attention(
                 q[:, :, start:end],
-                k[:, :, :end],
-                v[:, :, :end],
-                attn_mask=bias.block(start, end),
+                k[:, :, first:end],
+                v[:, :, first:end],
+                attn_mask=mask,
                 dropout_p=dropout_p,
             )
         )
@@ -145,10 +184,16 @@ def _flex_kernel(device_type: str) -> Callable:
 
 
 class FlexMask:
-    """The causal block mask and the score_mod of one forward (built once, used by all layers)."""
+    """The causal block mask (with a sliding window, if any) and the score_mod of one forward,
+    or of one layer when the layers differ (a per-layer bias, a decay, a window)."""
 
     def __init__(
-        self, score_bias: ScoreBias | None, positions_fp32: Tensor, position_axes: int = 0
+        self,
+        score_bias: ScoreBias | None,
+        positions_fp32: Tensor,
+        position_axes: int = 0,
+        decay: Tensor | None = None,
+        window: int | None = None,
     ) -> None:
         if not flex_available():
             raise ConfigError("attention=flex needs torch >= 2.5; use attention=sdpa")
@@ -161,17 +206,24 @@ class FlexMask:
         def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             return q_idx >= kv_idx
 
-        self.block_mask = create_block_mask(causal, None, None, seq_len, seq_len, device=device)
-        self.score_mod = None
-        if score_bias is not None:
-            batched = positions_fp32.dim() == (3 if position_axes else 2)  # per sequence
-            pos = positions_fp32 if batched else positions_fp32[None]
+        def sliding(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
 
-            def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor):
+        visible = causal if window is None else sliding
+        self.block_mask = create_block_mask(visible, None, None, seq_len, seq_len, device=device)
+        batched = positions_fp32.dim() == (3 if position_axes else 2)  # per sequence
+        pos = positions_fp32 if batched else positions_fp32[None]
+        decay = decay.float() if decay is not None else None  # (B, H, T): c_i − c_j
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor):
+            if score_bias is not None:
                 row = pos[b] if batched else pos[0]
-                return score + score_bias(h, row[q_idx], row[kv_idx]).to(score.dtype)
+                score = score + score_bias(h, row[q_idx], row[kv_idx]).to(score.dtype)
+            if decay is not None:
+                score = score + (decay[b, h, q_idx] - decay[b, h, kv_idx]).to(score.dtype)
+            return score
 
-            self.score_mod = score_mod
+        self.score_mod = score_mod if score_bias is not None or decay is not None else None
 
 
 def flex_causal_attention(q: Tensor, k: Tensor, v: Tensor, mask: FlexMask) -> Tensor:
@@ -183,6 +235,26 @@ def flex_causal_attention(q: Tensor, k: Tensor, v: Tensor, mask: FlexMask) -> Te
 AttentionBias = CausalBias | FlexMask | None
 
 
+def check_windows(window: Any) -> tuple[int | None, ...] | int | None:
+    """attention.window: null (every key), a number of keys (every layer), or a list with one
+    entry per layer (null for a global layer), checked here; the list's length is checked
+    against the model when it is built."""
+    one = integer(1, null=True)
+    if (
+        isinstance(window, list | tuple)
+        or hasattr(window, "__len__")
+        and not isinstance(window, str)
+    ):
+        windows = tuple(window)
+        for entry in windows:
+            require("attention.window", entry, one)
+        if not windows:
+            raise ConfigError("attention.window=[]; give one window per layer, or null")
+        return windows
+    require("attention.window", window, one)
+    return window
+
+
 class AttentionKernel:
     """One attention kernel: what it serves, and the attention of one layer."""
 
@@ -190,20 +262,33 @@ class AttentionKernel:
     serves: tuple[str, ...] = ("nothing",)
     trains_on_cpu: bool = True
     has_dropout: bool = True
+    has_window: bool = False  # True: takes attention.window (it can mask)
     softmax: bool = True  # False: another function of q, k, v (a different model; tables say so)
     # True: the kernel applies the scheme's rotation itself (linear attention rotates features
     # after its feature map); the model then hands it q and k unrotated
     rotates_inside: bool = False
 
-    def __init__(self, block_size: int = 1024) -> None:
+    def __init__(self, block_size: int = 1024, window: Any = None) -> None:
         require("attention.block_size", block_size, integer(1))
         self.block_size = block_size
+        self.window = check_windows(window)
 
     @classmethod
     def row_label(cls, options: dict[str, Any]) -> str:
-        """What result tables add to a model's name for this kernel and its options: nothing
-        for a softmax kernel (they compute the same function)."""
-        return ""
+        """What result tables add to a model's name for this kernel and its options: a sliding
+        window, else nothing for a softmax kernel (they compute the same function)."""
+        window = options.get("window")
+        if window is None:
+            return ""
+        if isinstance(window, list | tuple):
+            return "window " + "/".join("global" if w is None else str(w) for w in window)
+        return f"window {window}"
+
+    def window_of(self, layer: int) -> int | None:
+        """The sliding window of a layer (None: every earlier key)."""
+        if isinstance(self.window, tuple):
+            return self.window[layer % len(self.window)]
+        return self.window
 
     def check(self, pos: Any, dropout: float) -> None:
         """An impossible pairing is a one-line error when the model is built."""
@@ -218,6 +303,11 @@ class AttentionKernel:
             raise ConfigError(
                 f"attention={self.name} has no attention dropout; set model.dropout=0 or use "
                 "attention=sdpa"
+            )
+        if isinstance(self.window, tuple) and len(self.window) != pos.n_layer:
+            raise ConfigError(
+                f"attention.window has {len(self.window)} entries for a model of "
+                f"{pos.n_layer} layers; give one per layer (null: a global layer)"
             )
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
@@ -234,7 +324,10 @@ class AttentionKernel:
         state: Any,
         layer: int,
         dropout_p: float,
+        decay: Tensor | None = None,
     ) -> Tensor:
+        """One layer's attention. `decay` (B, H, T): a data-dependent score bias c_i − c_j of
+        this layer (FoX), None for every other scheme."""
         raise NotImplementedError
 
 
@@ -242,62 +335,85 @@ def _bias_fn(pos: Any, layer: int) -> BiasFn:
     return functools.partial(pos.attention_bias, layer=pos.layer_index(layer))
 
 
+def _shared(pos: Any, kernel: AttentionKernel) -> bool:
+    """Whether one bias (mask) serves every layer: the same bias, no decay, the same window."""
+    uniform_window = not isinstance(kernel.window, tuple)
+    return not pos.per_layer and pos.needs != "decay" and uniform_window
+
+
 class SDPA(AttentionKernel):
     name = "sdpa"
-    serves = ("nothing", "bias")
+    serves = ("nothing", "decay", "bias")
+    has_window = True
 
-    def __init__(self, block_size: int = 1024, full_bias_mib: float = 256) -> None:
-        super().__init__(block_size)
+    def __init__(
+        self, block_size: int = 1024, full_bias_mib: float = 256, window: Any = None
+    ) -> None:
+        super().__init__(block_size, window)
         # a size in MiB: 0 builds the bias per block always; a negative size means nothing
         require("attention.full_bias_mib", full_bias_mib, number(ge=0))
         self.full_bias_bytes = int(full_bias_mib * 2**20)
 
-    def _bias(self, pos: Any, prepared: Any, dtype: torch.dtype, layer: int) -> CausalBias:
+    def _bias(
+        self, pos: Any, prepared: Any, dtype: torch.dtype, layer: int, decay: Tensor | None = None
+    ) -> CausalBias | None:
+        needs, window = pos.layer_needs(layer), self.window_of(layer)
+        if needs == "nothing" and decay is None and window is None:
+            return None  # plain causal attention: the flash kernel
         return CausalBias(
-            _bias_fn(pos, layer),
+            _bias_fn(pos, layer) if needs == "bias" else None,
             prepared.fp32,
             pos.n_head,
             compute_dtype(dtype, prepared.fp32.device.type),
             self.block_size,
             self.full_bias_bytes,
+            decay=decay,
+            window=window,
         )
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
-        if pos.needs == "bias" and not pos.per_layer:  # one bias for every layer
+        if _shared(pos, self):  # one bias for every layer
             return self._bias(pos, prepared, dtype, 0)
         return None
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
-        bias = state
-        if pos.needs == "bias" and bias is None:  # per-layer parameters: this layer's bias
-            bias = self._bias(pos, prepared, q.dtype, layer)
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
+        bias = state if _shared(pos, self) else self._bias(pos, prepared, q.dtype, layer, decay)
         return causal_attention(q, k, v, prepared.fp32, dropout_p=dropout_p, bias=bias)
 
 
 class Blockwise(AttentionKernel):
     name = "blockwise"
-    serves = ("nothing", "bias", "scores")
+    serves = NEEDS
+    has_window = True
 
-    def weights(
-        self, q: Tensor, k: Tensor, pos: Any, prepared: Any, layer: int, start: int, end: int
+    def scores(
+        self,
+        q: Tensor,
+        k: Tensor,
+        pos: Any,
+        prepared: Any,
+        layer: int,
+        start: int,
+        end: int,
+        decay: Tensor | None = None,
     ) -> Tensor:
-        """fp32 attention probabilities (B or 1, H, end − start, end) of queries start..end−1
-        over keys 0..end−1, every scheme hook applied: the reference definition of attention
-        (also used by analysis tools that look at the weights)."""
+        """fp32 scores (B or 1, H, end − start, end) of queries start..end−1 over keys
+        0..end−1, every scheme hook applied, hidden keys at −inf."""
         seq_len, scale = q.shape[-2], q.shape[-1] ** -0.5
         index = torch.arange(seq_len, device=q.device)
         positions = prepared.fp32
         q_block = q[:, :, start:end]
+        needs = pos.layer_needs(layer)
         with torch.autocast(device_type=q.device.type, enabled=False):
             q_block, keys = q_block.float(), k[:, :, :end].float()
             scores = (q_block @ keys.transpose(-1, -2)) * scale
-            future = index[None, :end] > index[start:end, None]
-            if pos.needs == "bias":
+            future = masked_keys(index, start, end, 0, self.window_of(layer))
+            if needs == "bias":
                 # (H, Tq, Tk), or (B, H, Tq, Tk) for per-sequence positions: broadcasts
                 scores = scores + _bias_fn(pos, layer)(
                     positions[..., start:end], positions[..., :end]
                 )
-            elif pos.needs == "scores":
+            elif needs == "scores":
                 scores = pos.modify_scores(
                     scores,
                     q_block,
@@ -307,32 +423,99 @@ class Blockwise(AttentionKernel):
                     positions[..., :end],
                     layer,
                 )
-            return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            if decay is not None:
+                decay = decay.float()
+                scores = scores + decay[..., start:end, None] - decay[..., None, :end]
+            return scores.masked_fill(future, float("-inf"))
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
+    def weights(
+        self,
+        q: Tensor,
+        k: Tensor,
+        pos: Any,
+        prepared: Any,
+        layer: int,
+        start: int,
+        end: int,
+        decay: Tensor | None = None,
+    ) -> Tensor:
+        """fp32 attention probabilities (B or 1, H, end − start, end) of queries start..end−1
+        over keys 0..end−1, every scheme hook applied: the reference definition of attention
+        (also used by analysis tools that look at the weights)."""
+        scores = self.scores(q, k, pos, prepared, layer, start, end, decay)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            return torch.softmax(scores, dim=-1)
+
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
         seq_len = q.shape[-2]
         outputs = []
         for start in range(0, seq_len, self.block_size):
             end = min(start + self.block_size, seq_len)
-            weights = self.weights(q, k, pos, prepared, layer, start, end)
+            weights = self.weights(q, k, pos, prepared, layer, start, end, decay)
             weights = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
             outputs.append(weights.to(v.dtype) @ v[:, :, :end])
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
 
 
+class StickBreaking(Blockwise):
+    """`attention=stick_breaking` (Tan et al., ICLR 2025): softmax replaced by stick-breaking.
+
+    Query i gives key j the weight A_ij = β_ij · Π_{j<l<i} (1 − β_il), β = σ(z), z the scaled
+    score: the nearest key breaks the stick first, so the weights fall with distance by what
+    the keys between say, with no positional encoding (use pos=nope) and weights summing to at
+    most 1 (the rest of the stick is dropped). Computed in log space in fp32 like the naive
+    reference (fla-org/flash-linear-attention, stickbreaking_attn/naive.py): log A_ij =
+    log σ(z_ij) + Σ_{l>j} log σ(−z_il) over the visible keys, a reverse cumulative sum along
+    the keys of each query block. `attend_current`: whether a query also sees its own key
+    (the reference's default, false, leaves the first token's attention output at 0).
+    A scheme's score hooks (bias, scores) apply to z, before the sigmoid."""
+
+    name = "stick_breaking"
+    serves = ("nothing", "decay", "bias")
+    softmax = False
+
+    def __init__(
+        self, block_size: int = 512, attend_current: bool = False, window: Any = None
+    ) -> None:
+        super().__init__(block_size, window)
+        require("attention.attend_current", attend_current, boolean())
+        self.attend_current = attend_current
+
+    @classmethod
+    def row_label(cls, options: dict[str, Any]) -> str:
+        window = super().row_label(options)
+        return "stick-breaking" + (f", {window}" if window else "")
+
+    def weights(self, q, k, pos, prepared, layer, start, end, decay=None):  # noqa: ANN001
+        z = self.scores(q, k, pos, prepared, layer, start, end, decay)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            visible = torch.isfinite(z)
+            if not self.attend_current:  # the diagonal: key start + r for query row r
+                rows = torch.arange(end - start, device=z.device)
+                visible[..., rows, rows + start] = False
+            z = z.masked_fill(~visible, 0.0)
+            log_rest = F.logsigmoid(-z).masked_fill(~visible, 0.0)  # log(1 − β), 0 if hidden
+            after = log_rest.flip(-1).cumsum(-1).flip(-1) - log_rest  # Σ_{l>j} log(1 − β_il)
+            log_weights = F.logsigmoid(z) + after
+            return log_weights.masked_fill(~visible, float("-inf")).exp()
+
+
 class Flex(AttentionKernel):
     name = "flex"
-    serves = ("nothing", "bias")
+    serves = ("nothing", "decay", "bias")
     trains_on_cpu = False  # FlexAttention has no backward pass on CPUs
     has_dropout = False
+    has_window = True
+
+    def _mask(self, pos: Any, prepared: Any, layer: int, decay: Tensor | None = None) -> FlexMask:
+        score_bias = _score_bias_fn(pos, layer) if pos.layer_needs(layer) == "bias" else None
+        return FlexMask(score_bias, prepared.fp32, pos.position_axes, decay, self.window_of(layer))
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
-        if pos.per_layer:
-            return None
-        return FlexMask(_score_bias_fn(pos, 0), prepared.fp32, pos.position_axes)
+        return self._mask(pos, prepared, 0) if _shared(pos, self) else None
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
-        mask = state or FlexMask(_score_bias_fn(pos, layer), prepared.fp32, pos.position_axes)
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
+        mask = state if _shared(pos, self) else self._mask(pos, prepared, layer, decay)
         return flex_causal_attention(q, k, v, mask)
 
 
@@ -342,31 +525,32 @@ class Auto(AttentionKernel):
 
     name = "auto"
     serves = NEEDS
+    has_window = True
 
-    def __init__(self, block_size: int = 1024, full_bias_mib: float = 256) -> None:
-        super().__init__(block_size)
+    def __init__(
+        self, block_size: int = 1024, full_bias_mib: float = 256, window: Any = None
+    ) -> None:
+        super().__init__(block_size, window)
         require("attention.full_bias_mib", full_bias_mib, number(ge=0))  # at once, not at check()
-        self.options = {"block_size": block_size, "full_bias_mib": full_bias_mib}
+        self.options = {"block_size": block_size, "full_bias_mib": full_bias_mib, "window": window}
         self.chosen: AttentionKernel | None = None
 
     def check(self, pos: Any, dropout: float) -> None:
         if pos.needs in SDPA.serves:
             self.chosen = SDPA(**self.options)
         else:
-            self.chosen = Blockwise(self.options["block_size"])
+            self.chosen = Blockwise(self.options["block_size"], self.options["window"])
         log.info("attention=auto -> %s for %s", self.chosen.name, type(pos).__name__)
         self.chosen.check(pos, dropout)
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
         return self.chosen.begin(pos, prepared, dtype)
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p):  # noqa: ANN001
-        return self.chosen(q, k, v, pos, prepared, state, layer, dropout_p)
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
+        return self.chosen(q, k, v, pos, prepared, state, layer, dropout_p, decay)
 
 
-def _score_bias_fn(pos: Any, layer: int) -> ScoreBias | None:
-    if pos.needs != "bias":
-        return None
+def _score_bias_fn(pos: Any, layer: int) -> ScoreBias:
     return functools.partial(pos.score_bias, layer=pos.layer_index(layer))
 
 

@@ -112,6 +112,8 @@ def _probe(scheme: Any, seq_len: int) -> list[Any]:
             with torch.no_grad():
                 prepared = scheme.prepare(positions)
                 outputs = [scheme.embed(x, prepared), *scheme.rotate(q, k, prepared)]
+                decay = scheme.data_decay(x, 0)
+                outputs += [] if decay is None else [decay]
                 if scheme.needs == "bias":
                     outputs.append(scheme.attention_bias(positions, positions))
                 if scheme.needs == "scores":

@@ -69,7 +69,8 @@ class CausalSelfAttention(nn.Module):
         if not kernel.rotates_inside:
             q, k = pos.rotate(q, k, prepared, layer)
         dropout = self.dropout if self.training else 0.0
-        y = kernel(q, k, v, pos, prepared, state, layer, dropout)
+        decay = pos.data_decay(x, layer)  # a data-dependent bias (FoX), None for most schemes
+        y = kernel(q, k, v, pos, prepared, state, layer, dropout, decay)
         y = y.transpose(1, 2).contiguous().view(batch, seq_len, d_model)
         return self.resid_dropout(self.proj(y))
 

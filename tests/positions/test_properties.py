@@ -25,7 +25,7 @@ from poslab.evaluation.perplexity import score
 from poslab.positions import scheme_class, scheme_configs, scheme_names
 
 # options tried on every scheme whose YAML has them (besides its defaults)
-SCHEME_VARIANTS = [{"pairing": "half"}, {"per_layer": True}]
+SCHEME_VARIANTS = [{"pairing": "half"}, {"per_layer": True}, {"combine": "concat"}]
 # options tried on every kernel whose YAML has them: query blocks (and a bias built per block)
 # much shorter than the sequence; the other similarity of linear attention
 KERNEL_VARIANTS = [{"block_size": 5, "full_bias_mib": 0, "chunk_size": 5}, {"similarity": "cosine"}]

@@ -7,11 +7,15 @@ A scheme can act in four places; the model calls every hook for every scheme, ne
 3. ``score_bias`` / ``attention_bias``: a bias added to the attention scores as a function of
    query and key positions (ALiBi, T5, KERPLE, FIRE, Sandwich);
 4. ``modify_scores``: a change of the scores that needs the queries and the scores themselves
-   (CoPE).
+   (CoPE);
+5. ``data_decay``: a data-dependent bias c_i − c_j from the layer's input, c (B, H, T) a cumulative
+   sum per token (FoX's log forget gates).
 
 A scheme declares what it needs from the attention kernel in ``needs``: ``"nothing"`` (hooks 1–2
-only), ``"bias"`` (hook 3) or ``"scores"`` (hook 4). Each kernel (poslab.attention) says what it
-can serve, and an impossible pairing is a ConfigError when the model is built.
+only), ``"decay"`` (hook 5), ``"bias"`` (hook 3) or ``"scores"`` (hook 4). Each kernel
+(poslab.attention) says what it can serve, and an impossible pairing is a ConfigError when the
+model is built. A scheme whose layers differ (a per-layer schedule) needs per layer what
+``layer_needs`` says, and as a whole the most demanding of those.
 
 Every hook gets the layer index, so a scheme may keep parameters per layer (``per_layer``) or
 share them. Positions are explicit tensors, ``(T,)`` shared by the batch or ``(B, T)`` per
@@ -40,7 +44,7 @@ from torch import Tensor, nn
 from poslab.checks import integer, require
 from poslab.errors import ConfigError
 
-NEEDS = ("nothing", "bias", "scores")  # as poslab.attention.NEEDS
+NEEDS = ("nothing", "decay", "bias", "scores")  # as poslab.attention.NEEDS
 POSITION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -180,6 +184,15 @@ class PositionalScheme(nn.Module):
         masked keys -> new scores."""
         raise NotImplementedError(f"{type(self).__name__} does not change the scores")
 
+    def data_decay(self, x: Tensor, layer: int = 0) -> Tensor | None:
+        """For needs == "decay": the layer's normalised input x (B, T, d_model) -> c (B, H, T)
+        in fp32, the score bias of query i over key j being c_i − c_j; None for other schemes."""
+        return None
+
+    def layer_needs(self, layer: int) -> str:
+        """What this layer needs from the kernel (a per-layer schedule differs by layer)."""
+        return self.needs
+
     # -- checks and logs -----------------------------------------------------------------------
 
     def upgrade_state(self, state: dict[str, Tensor], prefix: str = "pos.") -> dict[str, Tensor]:
@@ -212,6 +225,48 @@ class PositionalScheme(nn.Module):
         """Files (plots of what the scheme learned) written into the folder `out` after
         training; the paths, which training also logs to W&B. None by default."""
         return []
+
+
+COMBINES = ("add", "concat")
+
+
+class AbsoluteEmbedding:
+    """How an absolute scheme (learned, sinusoidal) joins its position vectors to the tokens:
+    ``add`` (the usual sum, vectors of d_model dims) or ``concat`` (the token embedding's first
+    d_model − p dims, then p position dims: concatenation, as Vaswani et al. and the seed
+    articles discuss, inside the model's width, so the token embedding's last p dims are used
+    only by the tied output layer). p = ``position_dims``, d_model/4 when null."""
+
+    def __init__(self, d_model: int, combine: str, position_dims: int | None) -> None:
+        if combine not in COMBINES:
+            raise ConfigError(f"pos.combine={combine!r}; choose one of {COMBINES}")
+        require("pos.position_dims", position_dims, integer(2, null=True))
+        if combine == "add" and position_dims is not None:
+            raise ConfigError(
+                f"pos.position_dims={position_dims} applies to pos.combine=concat; set "
+                "pos.position_dims=null or pos.combine=concat"
+            )
+        dims = d_model
+        if combine == "concat":
+            dims = position_dims if position_dims is not None else max(2, d_model // 4)
+        if combine == "concat" and (dims % 2 or dims >= d_model):
+            raise ConfigError(
+                f"pos.position_dims={dims} must be even and below model.d_model={d_model} "
+                "(the token keeps d_model − position_dims dims)"
+            )
+        self.combine = combine
+        self.width = dims  # the dims of a position vector
+
+    def join(self, x: Tensor, vectors: Tensor) -> Tensor:
+        """Tokens x (B, T, d) with position vectors (…, T, width), in x's dtype."""
+        vectors = vectors.to(x.dtype)
+        if self.combine == "add":
+            return x + vectors
+        tokens = x[..., : x.shape[-1] - self.width]
+        return torch.cat((tokens, vectors.expand(*tokens.shape[:-1], self.width)), dim=-1)
+
+    def label(self) -> str:
+        return f"concat {self.width} dims" if self.combine == "concat" else ""
 
 
 def fp32_positions(positions: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""Learned absolute positions: a trainable table of `max_positions` vectors added to the tokens."""
+"""Learned absolute positions: a trainable table of `max_positions` vectors added to the tokens
+(or, with `combine: concat`, concatenated to them: base.AbsoluteEmbedding)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from torch import Tensor, nn
 
 from poslab.checks import integer, require
 from poslab.errors import ConfigError
-from poslab.positions.base import PositionalScheme, Prepared
+from poslab.positions.base import AbsoluteEmbedding, PositionalScheme, Prepared
 
 BEYOND_TABLE = ("error", "clamp")
 
@@ -21,6 +22,8 @@ class LearnedPositions(PositionalScheme):
         n_head: int,
         max_positions: int,
         beyond_table: str = "error",
+        combine: str = "add",
+        position_dims: int | None = None,
         **common: Any,
     ) -> None:
         super().__init__(d_model, n_head, **common)
@@ -31,7 +34,8 @@ class LearnedPositions(PositionalScheme):
         # "clamp" reuses the last row for every position past the table: an explicit opt-in,
         # since a learned table has nothing to say about positions it never saw.
         self.beyond_table = beyond_table
-        self.table = nn.Embedding(self.max_positions, d_model)
+        self.joining = AbsoluteEmbedding(d_model, combine, position_dims)
+        self.table = nn.Embedding(self.max_positions, self.joining.width)
         nn.init.normal_(self.table.weight, std=0.02)
 
     def check_length(self, max_position: int) -> None:
@@ -47,4 +51,4 @@ class LearnedPositions(PositionalScheme):
         if positions.numel():
             self.check_length(int(positions.max()))
         index = positions.clamp(max=self.max_positions - 1).to(torch.long)
-        return x + self.table(index).to(x.dtype)
+        return self.joining.join(x, self.table(index))

@@ -1,6 +1,7 @@
 """Fixed sinusoidal positions of Vaswani et al. (2017), added to the token embeddings.
 
-PE(p, 2i) = sin(p / base^(2i/d)),  PE(p, 2i+1) = cos(p / base^(2i/d)).
+PE(p, 2i) = sin(p / base^(2i/d)),  PE(p, 2i+1) = cos(p / base^(2i/d)); with `combine: concat`
+the encoding has d = position_dims dims and is concatenated to the tokens (base.AbsoluteEmbedding).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 from torch import Tensor
 
 from poslab.checks import number, require
-from poslab.positions.base import PositionalScheme, Prepared, fp32_positions
+from poslab.positions.base import AbsoluteEmbedding, PositionalScheme, Prepared, fp32_positions
 
 
 def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
@@ -35,12 +36,15 @@ class SinusoidalPositions(PositionalScheme):
         n_head: int,
         base: float = 10000.0,
         scale: float | None = 1.0,
+        combine: str = "add",
+        position_dims: int | None = None,
         **common: Any,
     ) -> None:
         super().__init__(d_model, n_head, **common)
         require("pos.base", base, number(gt=1))
         require("pos.scale", scale, number(gt=0, null=True))
         self.base = float(base)
+        self.joining = AbsoluteEmbedding(d_model, combine, position_dims)
         # 1.0: the original unit-amplitude encoding (Vaswani et al., fairseq). With GPT-style
         # std-0.02 token embeddings it dominates the input at first; model.scale_embeddings=true
         # (tokens x sqrt(d), as Vaswani and fairseq) balances the two. None: 1/sqrt(d_model),
@@ -48,6 +52,5 @@ class SinusoidalPositions(PositionalScheme):
         self.scale = 1.0 / math.sqrt(d_model) if scale is None else float(scale)
 
     def embed(self, x: Tensor, positions: Tensor | Prepared) -> Tensor:
-        table = sinusoidal_table(self.prepared(positions).fp32, self.d_model, self.base)
-        table = table * self.scale
-        return x + table.to(x.dtype)
+        table = sinusoidal_table(self.prepared(positions).fp32, self.joining.width, self.base)
+        return self.joining.join(x, table * self.scale)

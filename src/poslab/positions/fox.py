@@ -1,0 +1,56 @@
+"""FoX, the Forgetting Transformer (Lin et al., ICLR 2025): a data-dependent ALiBi.
+
+Each head of each layer has a forget gate per token, f_t = σ(w·x_t + b), from the layer's
+normalised input x_t. Query i sees key j with the score bias
+
+    Σ_{k=j+1..i} log f_k = c_i − c_j,    c_t = Σ_{k≤t} log f_k,
+
+so attention decays over distance at a rate the tokens set (ALiBi is the case of a constant
+gate). No positions are read: order enters only through the causal mask and the running sum,
+so shifting positions changes nothing. The gate's bias starts at `bias_init` = 5 (σ(5) ≈ 0.993:
+little forgetting at first), as x-transformers' `DataDependentAlibi` does; its weights like the
+model's linear layers (normal, std 0.02).
+
+The kernel adds c_i − c_j to the scores (sdpa: in the bias matrix; flex: in `score_mod`;
+blockwise: to the explicit scores). c is computed in fp32 even under bf16 autocast; the bias
+is then rounded to the scores' dtype like every bias (attention.CausalBias).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from poslab.checks import number, require
+from poslab.positions.base import PositionalScheme
+
+
+class Forgetting(PositionalScheme):
+    needs = "decay"
+    reads_positions: ClassVar[bool] = False
+    shift_invariant: ClassVar[bool] = True
+
+    def __init__(self, d_model: int, n_head: int, bias_init: float = 5.0, **common: Any) -> None:
+        super().__init__(d_model, n_head, **common)
+        require("pos.bias_init", bias_init, number())
+        self.bias_init = float(bias_init)
+        self.per_layer = True  # each layer its own gates (a layer's input is its own)
+        self.gates = nn.ModuleList(nn.Linear(d_model, n_head) for _ in range(self.n_layer))
+        for gate in self.gates:
+            nn.init.normal_(gate.weight, mean=0.0, std=0.02)
+            nn.init.constant_(gate.bias, self.bias_init)
+
+    def log_forget(self, x: Tensor, layer: int = 0) -> Tensor:
+        """log f (B, H, T) in fp32 for the layer's input x (B, T, d_model)."""
+        gate = self.gates[layer]
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            logits = F.linear(x.float(), gate.weight.float(), gate.bias.float())
+            return F.logsigmoid(logits).transpose(1, 2)
+
+    def data_decay(self, x: Tensor, layer: int = 0) -> Tensor:
+        """c (B, H, T): the running sum of log f; the bias of query i over key j is c_i − c_j."""
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return self.log_forget(x, layer).cumsum(dim=-1)

@@ -1,0 +1,334 @@
+"""The kernels and hooks of the 2024–25 methods: sliding windows, stick-breaking attention,
+FoX's data-dependent decay, a scheme per layer, and absolute positions concatenated to the
+tokens. Each against a float64 formula or a public reference (x-transformers for FoX's gates,
+fla-org's naive stick-breaking for the kernel); the generic properties (causality, m − n) are
+in tests/positions/test_properties.py, which covers the new schemes and kernels by itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from models import N_HEAD, build_kernel, build_scheme, tiny_gpt, tokens
+
+from poslab.attention import SDPA, StickBreaking, flex_available
+from poslab.errors import ConfigError
+from poslab.linear_attention import Linear
+from poslab.model import GPT, GPTConfig
+
+D = 8  # head dim of the hand-made q, k, v
+
+
+def _qkv(batch: int = 2, heads: int = 3, seq_len: int = 11, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(batch, heads, seq_len, D, generator=gen, dtype=torch.float64) for _ in "qkv"
+    )
+
+
+def _reference(q, k, v, bias=None, window=None):
+    """Softmax attention in float64 with an optional (…, T, T) bias and sliding window."""
+    seq_len = q.shape[-2]
+    i = torch.arange(seq_len)
+    hidden = i[None, :] > i[:, None]
+    if window is not None:
+        hidden |= i[:, None] - i[None, :] >= window
+    scores = q @ k.transpose(-1, -2) / D**0.5
+    if bias is not None:
+        scores = scores + bias
+    return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ v
+
+
+class _Plain:
+    """A scheme stand-in with no positional work: what the kernels ask of a scheme."""
+
+    needs, per_layer, n_head, n_layer, position_axes = "nothing", False, 3, 4, 0
+
+    def layer_needs(self, layer):
+        return self.needs
+
+    def layer_index(self, layer):
+        return 0
+
+
+class _Prepared:
+    def __init__(self, seq_len):
+        self.fp32 = torch.arange(seq_len, dtype=torch.float32)
+
+
+# -- sliding window -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [1, 3, 7, 11, 40])
+@pytest.mark.parametrize(
+    ("kernel", "options"),
+    [("sdpa", {}), ("sdpa", {"block_size": 4, "full_bias_mib": 0}), ("blockwise", {})]
+    + [("blockwise", {"block_size": 3}), ("auto", {})],
+)
+def test_a_sliding_window_sees_exactly_the_last_window_keys(kernel, options, window):
+    q, k, v = _qkv()
+    kernel = build_kernel(kernel, **options, window=window)
+    pos, prepared = _Plain(), _Prepared(q.shape[-2])
+    kernel.check(pos, 0.0)
+    out = kernel(q, k, v, pos, prepared, kernel.begin(pos, prepared, q.dtype), 0, 0.0)
+    torch.testing.assert_close(out, _reference(q, k, v, window=window), atol=1e-6, rtol=0)
+
+
+def test_a_window_per_layer_applies_to_its_layer_only():
+    q, k, v = _qkv()
+    kernel = build_kernel("sdpa", window=[2, None, 5, None])
+    pos, prepared = _Plain(), _Prepared(q.shape[-2])
+    kernel.check(pos, 0.0)
+    for layer, window in enumerate([2, None, 5, None]):
+        out = kernel(q, k, v, pos, prepared, kernel.begin(pos, prepared, q.dtype), layer, 0.0)
+        torch.testing.assert_close(out, _reference(q, k, v, window=window), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("scheme", ["alibi", "t5", "fox"])
+def test_a_window_is_the_same_on_every_kernel_with_a_bias_or_a_decay(scheme):
+    """sdpa (shared bias, per-block bias), blockwise and flex agree on a windowed model."""
+    idx = tokens(2, 21)
+    kernels = [("sdpa", {}), ("sdpa", {"block_size": 4, "full_bias_mib": 0}), ("blockwise", {})]
+    kernels += [("flex", {})] if flex_available() else []
+    logits = []
+    for kernel, options in kernels:
+        model = tiny_gpt(scheme, kernel, kernel_options={**options, "window": 5})
+        with torch.no_grad():
+            logits.append(model(idx))
+    for other in logits[1:]:
+        torch.testing.assert_close(other, logits[0], atol=2e-5, rtol=0)
+    full = tiny_gpt(scheme, "sdpa")
+    with torch.no_grad():
+        assert (full(idx)[:, 5:] - logits[0][:, 5:]).abs().max() > 1e-3  # the window acts
+        torch.testing.assert_close(full(idx)[:, :5], logits[0][:, :5], atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("window", "says"),
+    [
+        (0, "attention.window"),
+        (-3, "attention.window"),
+        ("wide", "attention.window"),
+        ([], "one window per layer"),
+        ([4, 0], "attention.window"),
+    ],
+)
+def test_a_bad_window_is_one_line(window, says):
+    with pytest.raises(ConfigError, match=says):
+        SDPA(window=window)
+
+
+def test_a_window_list_of_the_wrong_length_is_one_line():
+    with pytest.raises(ConfigError, match="3 entries for a model of 2 layers"):
+        tiny_gpt("rope", "sdpa", kernel_options={"window": [4, None, 4]})
+
+
+def test_linear_attention_takes_no_window():
+    with pytest.raises(TypeError, match="window"):
+        Linear(window=4)
+
+
+# -- stick-breaking -----------------------------------------------------------------------------
+
+
+def _naive_stick_breaking(q, k, v, attend_current):
+    """fla-org/flash-linear-attention fla/ops/stickbreaking_attn/naive.py (read 2026-11), in
+    float64, heads first: A_ij = σ(z_ij) Π_{j<l<i} (1 − σ(z_il)), the product over visible keys."""
+    z = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    i = torch.arange(q.shape[-2])
+    mask = i[None, :] <= i[:, None] if attend_current else i[None, :] < i[:, None]
+    log_om_beta = F.logsigmoid(-z).masked_fill(~mask, 0.0)
+    log_att = F.logsigmoid(z) + log_om_beta.flip(-1).cumsum(-1).flip(-1) - log_om_beta
+    return log_att.masked_fill(~mask, float("-inf")).exp() @ v
+
+
+def _explicit_stick_breaking(q, k, v, attend_current):
+    """The paper's product written out with loops: an independent second reference."""
+    z = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    beta = torch.sigmoid(z)
+    weights = torch.zeros_like(z)
+    for i in range(z.shape[-1]):
+        last = i if attend_current else i - 1
+        rest = torch.ones_like(z[..., i, 0])
+        for j in range(last, -1, -1):  # the nearest key breaks the stick first
+            weights[..., i, j] = beta[..., i, j] * rest
+            rest = rest * (1 - beta[..., i, j])
+    return weights @ v
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+@pytest.mark.parametrize("block_size", [1, 4, 512])
+def test_stick_breaking_equals_the_reference_formula(attend_current, block_size):
+    q, k, v = _qkv(seq_len=13)
+    q, k = 3 * q, 3 * k  # saturated sigmoids too
+    kernel = StickBreaking(block_size=block_size, attend_current=attend_current)
+    out = kernel(q, k, v, _Plain(), _Prepared(13), None, 0, 0.0)
+    torch.testing.assert_close(
+        out, _naive_stick_breaking(q, k, v, attend_current), atol=5e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        out, _explicit_stick_breaking(q, k, v, attend_current), atol=5e-6, rtol=0
+    )
+
+
+def test_stick_breaking_weights_sum_to_at_most_one_and_fall_to_nothing_without_keys():
+    q, k, v = _qkv(seq_len=9)
+    kernel = StickBreaking()
+    weights = kernel.weights(q, k, _Plain(), _Prepared(9), 0, 0, 9)
+    assert (weights.sum(-1) <= 1 + 1e-9).all()
+    assert (weights[..., 0, :] == 0).all()  # the first query sees no key (attend_current=false)
+    out = kernel(q, k, v, _Plain(), _Prepared(9), None, 0, 0.0)
+    assert (out[..., 0, :] == 0).all()
+
+
+def test_stick_breaking_trains_a_model_and_is_labelled_in_tables():
+    model = tiny_gpt("nope", "stick_breaking")
+    model.train()
+    idx = tokens(2, 16)
+    loss = model.loss(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None for p in model.blocks.parameters())
+    assert StickBreaking.row_label({}) == "stick-breaking"
+    assert StickBreaking.row_label({"window": 64}) == "stick-breaking, window 64"
+    assert build_kernel("sdpa").row_label({"window": [8, None]}) == "window 8/global"
+
+
+def test_stick_breaking_refuses_a_scheme_that_needs_the_scores():
+    with pytest.raises(ConfigError, match="stick_breaking cannot serve"):
+        tiny_gpt("cope", "stick_breaking")
+
+
+# -- FoX ----------------------------------------------------------------------------------------
+
+
+def test_fox_bias_equals_x_transformers_data_dependent_alibi():
+    from x_transformers.x_transformers import DataDependentAlibi
+
+    torch.manual_seed(0)
+    d_model, seq_len = 32, 10
+    fox = build_scheme("fox", n_layer=1)
+    reference = DataDependentAlibi(d_model, N_HEAD)
+    with torch.no_grad():
+        fox.gates[0].weight.normal_(0, 0.5)
+        fox.gates[0].bias.normal_(0, 1)
+        linear = reference.to_forget_gates[0]
+        linear.weight.copy_(fox.gates[0].weight)
+        linear.bias.copy_(fox.gates[0].bias)
+        x = torch.randn(2, seq_len, d_model)
+        c = fox.data_decay(x, 0)
+        ours = c[..., :, None] - c[..., None, :]
+        theirs = reference(x)
+    lower = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+    torch.testing.assert_close(ours[..., lower], theirs[..., lower], atol=1e-5, rtol=1e-5)
+
+
+def test_fox_bias_is_the_sum_of_log_forget_gates_between_the_tokens():
+    fox = build_scheme("fox", n_layer=1)
+    x = torch.randn(1, 7, 32, dtype=torch.float32)
+    with torch.no_grad():
+        c = fox.data_decay(x, 0).double()
+        gates = torch.sigmoid(x.double() @ fox.gates[0].weight.double().T + fox.gates[0].bias)
+    for i, j in [(6, 0), (4, 2), (3, 3)]:
+        expected = torch.log(gates[0, j + 1 : i + 1]).sum(0)  # Σ_{k=j+1..i} log f_k per head
+        torch.testing.assert_close(c[0, :, i] - c[0, :, j], expected, atol=1e-5, rtol=0)
+
+
+def test_fox_starts_with_gates_near_one_and_learns_them():
+    torch.manual_seed(0)
+    fox = build_scheme("fox")
+    assert all((g.bias == 5.0).all() for g in fox.gates)
+    model = GPT(GPTConfig(vocab_size=41, n_layer=2, n_head=N_HEAD, d_model=32), fox)
+    idx = tokens(2, 12)
+    model.loss(idx[:, :-1], idx[:, 1:]).backward()
+    assert all(g.weight.grad.abs().sum() > 0 for g in fox.gates)
+
+
+def test_fox_gates_stay_fp32_under_bf16_autocast():
+    fox = build_scheme("fox", n_layer=1)
+    x = torch.randn(1, 300, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        c = fox.data_decay(x.bfloat16(), 0)
+    assert c.dtype == torch.float32
+    torch.testing.assert_close(c, fox.data_decay(x.bfloat16().float(), 0), atol=1e-5, rtol=1e-5)
+
+
+# -- a scheme per layer -------------------------------------------------------------------------
+
+
+def test_a_schedule_gives_each_layer_its_scheme():
+    """Layer by layer, a schedule's model computes what a model of that layer's scheme does:
+    the same weights in a model of rope alone and one of nope alone give the schedule's layers."""
+    schedule = tiny_gpt("schedule", "blockwise", layers=["rope", "nope"])
+    assert [schedule.pos.layer_needs(i) for i in range(2)] == ["nothing", "nothing"]
+    assert type(schedule.pos.member(0)).__name__ == "Rotary"
+    assert type(schedule.pos.member(1)).__name__ == "NoPositions"
+    q, k = torch.randn(2, 1, N_HEAD, 6, 8)
+    rq, rk = schedule.pos.rotate(q, k, torch.arange(6), layer=0)
+    nq, nk = schedule.pos.rotate(q, k, torch.arange(6), layer=1)
+    assert not torch.equal(rq, q) and torch.equal(nq, q) and torch.equal(nk, k)
+    rope = build_scheme("rope")
+    eq, ek = rope.rotate(q, k, torch.arange(6))
+    torch.testing.assert_close(rq, eq)
+    torch.testing.assert_close(rk, ek)
+
+
+def test_a_schedule_of_bias_and_decay_schemes_matches_across_kernels():
+    idx = tokens(2, 14)
+    outs = []
+    for kernel in ("sdpa", "blockwise"):
+        model = tiny_gpt("schedule", kernel, layers=["alibi", "fox"])
+        assert model.pos.needs == "bias"
+        with torch.no_grad():
+            outs.append(model(idx))
+    torch.testing.assert_close(outs[1], outs[0], atol=2e-5, rtol=0)
+
+
+def test_a_schedule_repeats_its_pattern_and_shares_a_scheme_between_layers():
+    pos = build_scheme("schedule", n_layer=6, layers=["rope", "rope", "nope"])
+    assert [type(pos.member(i)).__name__ for i in range(6)] == [
+        "Rotary",
+        "Rotary",
+        "NoPositions",
+    ] * 2
+    assert len(pos.members) == 2
+    pos = build_scheme("schedule", layers=["rope"], options={"rope": {"base": 500000.0}})
+    assert pos.member(0).base == 500000.0
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"layers": ["rope", "nope", "rope"]}, "3 entries for a model of 2 layers"),
+        ({"layers": ["rope", "yarn"]}, "no scheme 'yarn'"),
+        ({"layers": ["learned", "rope"]}, "token embeddings"),
+        ({"layers": ["schedule"]}, "no scheme 'schedule'"),
+        ({"layers": "rope"}, "give a list"),
+        ({"layers": []}, "give a list"),
+        ({"layers": ["rope"], "options": {"rope": {"bas": 3}}}, "no option 'bas'"),
+    ],
+)
+def test_a_bad_schedule_is_one_line(options, says):
+    with pytest.raises(ConfigError, match=says):
+        build_scheme("schedule", **options)
+
+
+# -- absolute positions concatenated ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["learned", "sinusoidal"])
+def test_concatenated_positions_take_the_last_dims_and_leave_the_tokens_alone(scheme):
+    pos = build_scheme(scheme, combine="concat", position_dims=12)
+    x = torch.randn(2, 9, 32)
+    out = pos.embed(x, torch.arange(9))
+    assert torch.equal(out[..., :20], x[..., :20])
+    added = build_scheme(scheme, combine="add")
+    assert pos.joining.width == 12 and added.joining.width == 32
+    assert pos.joining.label() == "concat 12 dims"
+    if scheme == "sinusoidal":  # the encoding of 12 dims, as the formula says
+        from poslab.positions.sinusoidal import sinusoidal_table
+
+        torch.testing.assert_close(out[0, :, 20:], sinusoidal_table(torch.arange(9), 12))
+    else:
+        torch.testing.assert_close(out[0, :, 20:], pos.table.weight[:9])
+    assert build_scheme(scheme, combine="concat").joining.width == 8  # d_model / 4
