@@ -103,8 +103,10 @@ class Rotary(PositionalScheme):
         self.set_theta(rope_theta(rotary_dims, self.base))
         # eval-time context extension (rope_scaling.py): set through eval.rope_scaling
         self.scaling = RopeScaling.from_options(scaling)
-        if self.scaling is not None and self.scaling.kind == "rerope":
-            self.needs = "scores"  # two score matrices merged by distance: the raw scores
+        if self.scaling is not None:
+            self.scaling.check_dims(rotary_dims)
+            if self.scaling.needs_scores:  # rerope, selfextend, lminfinite
+                self.needs = "scores"  # two score matrices merged by distance: the raw scores
 
     def set_theta(self, theta: Tensor) -> None:
         """Start θ at `theta` (R/2,): fixed, or trainable as `theta_param` says.
@@ -135,7 +137,8 @@ class Rotary(PositionalScheme):
             theta = self.frequencies()
             scaling = self.scaling
             if scaling is not None:
-                theta = scaling.theta(theta, self.rotary_dims, length or positions.shape[-1])
+                length = length or positions.shape[-1]
+                theta = scaling.theta(theta, self.rotary_dims, length, self.base)
                 positions = positions * scaling.position_scale
             if self.position_dtype == "bf16":  # the bug, on purpose: the product in bf16
                 bf16 = torch.bfloat16
@@ -146,7 +149,7 @@ class Rotary(PositionalScheme):
         prepared = super().prepare(positions)
         with torch.autocast(device_type=positions.device.type, enabled=False):
             length = positions.shape[-1]
-            if self.scaling is not None and self.scaling.kind == "dynamic_ntk":
+            if self.scaling is not None and self.scaling.kind in ("dynamic_ntk", "longrope"):
                 # HF: the largest position + 1; here the window's span, so that a position
                 # offset (eval.position_offset) leaves a relative scheme unchanged
                 span = prepared.fp32.amax(dim=-1) - prepared.fp32.amin(dim=-1)
@@ -156,7 +159,8 @@ class Rotary(PositionalScheme):
                 angles = angles[:, None]
             rot = rotation(angles, self.pairing)
             if self.scaling is not None and self.scaling.attention_factor != 1:
-                rot = tuple(r * self.scaling.attention_factor for r in rot)  # YaRN temperature
+                # YaRN's temperature, LongRoPE's attention factor
+                rot = tuple(r * self.scaling.attention_factor for r in rot)
             prepared.extra["rope"] = rot
             if self.scaling is not None and self.scaling.logn:
                 logn = self.scaling.query_scale(prepared.fp32)[..., None]  # (…, T, 1)
@@ -170,7 +174,7 @@ class Rotary(PositionalScheme):
         if "logn" in prepared.extra:
             with torch.autocast(device_type=q.device.type, enabled=False):
                 q = (q.float() * prepared.extra["logn"]).to(q.dtype)
-        if self.needs == "scores":  # ReRoPE rotates inside modify_scores
+        if self.needs == "scores":  # rerope, selfextend, lminfinite rotate in modify_scores
             return q, k
         rot = prepared.extra["rope"]
         return self._rotate(q, rot), self._rotate(k, rot)
@@ -192,9 +196,53 @@ class Rotary(PositionalScheme):
         k_positions: Tensor,
         layer: int = 0,
     ) -> Tensor:
-        """ReRoPE: plain rotary scores for keys within the window, and beyond it the scores of
-        queries turned to the window's distance (leaky: w + (m − n − w)/k) over keys at 0."""
-        window, leak = self.scaling.rerope_window(), self.scaling.leaky
+        """Plain rotary scores for keys closer than the window, and beyond it the scores of
+        queries and keys turned to other positions (rope_scaling.py):
+
+        * rerope: queries at the window w over keys at 0 (leaky: w + (m − n − w)/k);
+        * selfextend: queries at ⌊m/G⌋ + w − ⌊w/G⌋ over keys at ⌊n/G⌋, m and n counted from
+          the window's first position;
+        * lminfinite: rerope with w = L (distances capped at L), and −inf for keys neither
+          among the first n_global tokens nor closer than its local window."""
+        scaling = self.scaling
+        window = scaling.local_window()
+        distance = q_positions[..., :, None] - k_positions[..., None, :]
+        if distance.dim() == 3:  # per-sequence positions: a head axis
+            distance = distance[:, None]
+        if scaling.kind == "selfextend":
+            origin = k_positions.amin(dim=-1, keepdim=True)  # keys start at the window's first
+            group = scaling.group
+            far_q = torch.floor((q_positions - origin) / group) + (window - window // group)
+            far_k = torch.floor((k_positions - origin) / group)
+            return self._merged_scores(
+                q, k, q_positions, k_positions, distance < window, far_q, far_k
+            )
+        cap = window if scaling.kind == "rerope" else scaling.train_length
+        leak = scaling.leaky if scaling.kind == "rerope" else None
+        if leak is None:  # every key beyond the cap is seen at distance cap
+            far_q, far_k = torch.full_like(q_positions, cap), None
+        else:  # relative position (m − n)/k + w(1 − 1/k) = w + (m − n − w)/k
+            far_q, far_k = q_positions / leak + cap * (1 - 1 / leak), k_positions / leak
+        scores = self._merged_scores(q, k, q_positions, k_positions, distance < cap, far_q, far_k)
+        if scaling.kind == "lminfinite":  # the Λ: the first n_global keys and the local window
+            index = torch.arange(k.shape[-2], device=k.device)
+            seen = (distance < window) | (index < scaling.n_global)
+            scores = scores.masked_fill(~seen, float("-inf"))  # the diagonal is always seen
+        return scores
+
+    def _merged_scores(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        near: Tensor,
+        far_q: Tensor,
+        far_k: Tensor | None,
+    ) -> Tensor:
+        """The scaled scores of q and k rotated at their positions where `near`, else of q
+        rotated at `far_q` over k at `far_k` (None: k unrotated, i.e. at 0): two score
+        matrices merged by a distance mask, as bojone/rerope and datamllab/LongLM do."""
         scale = q.shape[-1] ** -0.5
 
         def turned(x: Tensor, positions: Tensor) -> Tensor:
@@ -203,17 +251,10 @@ class Rotary(PositionalScheme):
                 angles = angles[:, None]
             return self._rotate(x, rotation(angles, self.pairing))
 
-        near = turned(q, q_positions) @ turned(k, k_positions).transpose(-1, -2) * scale
-        if leak is None:  # every key beyond the window is seen at distance w
-            far_q, far_k = turned(q, torch.full_like(q_positions, window)), k
-        else:  # relative position (m − n)/k + w(1 − 1/k) = w + (m − n − w)/k
-            far_q = turned(q, q_positions / leak + window * (1 - 1 / leak))
-            far_k = turned(k, k_positions / leak)
-        far = far_q @ far_k.transpose(-1, -2) * scale
-        distance = q_positions[..., :, None] - k_positions[..., None, :]
-        if distance.dim() == 3:  # per-sequence positions: a head axis
-            distance = distance[:, None]
-        return torch.where(distance < window, near, far)
+        near_scores = turned(q, q_positions) @ turned(k, k_positions).transpose(-1, -2) * scale
+        far_keys = k if far_k is None else turned(k, far_k)
+        far_scores = turned(q, far_q) @ far_keys.transpose(-1, -2) * scale
+        return torch.where(near, near_scores, far_scores)
 
     @property
     def scales_scores(self) -> bool:

@@ -31,8 +31,8 @@ class XPos(Rotary):
         super().__init__(d_model, n_head, **options)
         if self.needs == "scores":
             raise ConfigError(
-                "eval.rope_scaling.kind=rerope is defined for plain rotary (pos=rope), not xpos; "
-                "use pi, ntk, dynamic_ntk or yarn"
+                f"eval.rope_scaling.kind={self.scaling.kind} is defined for plain rotary "
+                "(pos=rope), not xpos; use pi, ntk, dynamic_ntk, yarn, llama3 or longrope"
             )
         require("pos.scale_base", scale_base, number(gt=0))
         self.scale_base = float(scale_base)
