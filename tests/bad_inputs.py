@@ -141,6 +141,18 @@ TRAIN_BAD = [
     ),
     train_case("attention.full_bias_mib=-1", expected="attention.full_bias_mib=-1 must be"),
     train_case("pos=sandwich", "pos.dim=7", expected="pos.dim=7 must be even"),
+    # the methods of 2024-25: a window that hides nothing, schedules longer than the model,
+    # a scaling kind on a scheme without rotary, a kernel that cannot serve a scheme
+    train_case("attention.window=100000", expected="hides no key; choose a window below"),
+    train_case("attention.window=[4,4,4]", expected="3 entries for a model of 2 layers"),
+    train_case("attention.window=0", expected="attention.window=0 must be an integer"),
+    train_case("pos=schedule", "pos.layers=[rope,nope,rope]", expected="pos.layers has 3 entries"),
+    train_case("pos=schedule", "pos.layers=[rope,learned]", expected="token embeddings"),
+    train_case(
+        "pos=fox", "eval.rope_scaling.kind=llama3", expected="act on rotary schemes", absent="pos."
+    ),
+    train_case("pos=cope", "attention=stick_breaking", expected="cannot serve pos=CoPE"),
+    train_case("pos=learned", "pos.combine=sum", expected="pos.combine='sum'; choose one of"),
 ]
 
 EVAL_BAD = [

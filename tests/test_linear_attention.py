@@ -158,7 +158,7 @@ def test_training_with_linear_attention(corpus, tmp_path, scheme):
 )
 def test_an_eval_time_temperature_is_refused_by_linear_attention(scaling):
     config = GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=N_HEAD, d_model=D_MODEL)
-    with pytest.raises(ConfigError, match="attention=linear cannot take the eval-time temperature"):
+    with pytest.raises(ConfigError, match="attention=linear cannot take the temperature"):
         GPT(config, Rotary(D_MODEL, N_HEAD, scaling=scaling), Linear())
     GPT(
         config,

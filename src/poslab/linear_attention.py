@@ -137,8 +137,8 @@ class Linear(AttentionKernel):
             )
         if pos.scales_scores:
             raise ConfigError(
-                f"attention=linear cannot take the eval-time temperature of pos="
-                f"{type(pos).__name__} (eval.logn_scaling or yarn's attention factor): it scales "
+                f"attention=linear cannot take the temperature of pos={type(pos).__name__} "
+                "(SSMax's s·log n, eval.logn_scaling or yarn's attention factor): it scales "
                 "softmax scores, and here it would scale only the numerator; leave them off"
             )
         super().check(pos, dropout)

@@ -210,7 +210,21 @@ def _check_model(config: dict[str, Any]) -> tuple[Any, Any]:
         )
     seq_len = config["data"]["seq_len"]
     scheme.check_length(scheme.max_training_position(seq_len))
+    _check_window(kernel, config, seq_len)
     return gpt_config, scheme
+
+
+def _check_window(kernel: Any, config: dict[str, Any], seq_len: int) -> None:
+    """A sliding window as long as every length the run trains and evaluates hides no key."""
+    windows = kernel.window if isinstance(kernel.window, tuple) else (kernel.window,)
+    longest = max([seq_len, *eval_lengths(OmegaConf.create(config["eval"]), seq_len)])
+    for window in windows:
+        if window is not None and window >= longest:
+            raise ConfigError(
+                f"attention.window={window} is at least the longest length this run trains or "
+                f"evaluates ({longest}), so it hides no key; choose a window below "
+                f"{longest} (below data.seq_len={seq_len} to train with it), or null"
+            )
 
 
 def _check_task(config: dict[str, Any], scheme: Any) -> Any:
