@@ -7,7 +7,7 @@ done once per forward, and the evaluation's position offset.
 Nothing here names a scheme or a kernel to decide what applies: a new scheme (one module, one
 YAML file) is covered without a line changed. Options that change how a scheme computes
 (`SCHEME_VARIANTS`) or how a kernel does (`KERNEL_VARIANTS`) are tried on every scheme or kernel
-that has them."""
+that has them (a kernel's variants on the schemes they can change: `_acts_before_the_kernel`)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,15 @@ def _kernels() -> list[tuple[str, dict[str, Any]]]:
     return [(n, o) for n in names for o in _variants(kernel_config(n), KERNEL_VARIANTS)]
 
 
+def _acts_before_the_kernel(pos: Any, attention: Any) -> bool:
+    """A scheme that needs nothing from a kernel that does not rotate inside acts on the
+    embeddings or on q and k before the kernel sees them: the kernel then computes exactly what
+    it computes for nope, so its variants (query blocks, a bias per block) are tried on nope
+    (which reads no positions) and on the schemes that reach into the kernel, not on every
+    rotary variant again."""
+    return pos.needs == "nothing" and not attention.rotates_inside and pos.reads_positions
+
+
 def _pairs() -> list[Any]:
     """(scheme, its options, kernel, its options) for every kernel whose `check` accepts the
     scheme."""
@@ -69,6 +78,8 @@ def _pairs() -> list[Any]:
                 continue
             if kernel_options and not attention.trains_on_cpu:
                 continue  # a forward-only CPU path (flex): its default options only
+            if kernel_options and _acts_before_the_kernel(pos, attention):
+                continue  # the kernel's own variants are tried on schemes that reach into it
             label = f"{_label(scheme, scheme_options)}-{_label(kernel, kernel_options)}"
             pairs.append(pytest.param(scheme, scheme_options, kernel, kernel_options, id=label))
     return pairs
