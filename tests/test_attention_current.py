@@ -332,3 +332,23 @@ def test_concatenated_positions_take_the_last_dims_and_leave_the_tokens_alone(sc
     else:
         torch.testing.assert_close(out[0, :, 20:], pos.table.weight[:9])
     assert build_scheme(scheme, combine="concat").joining.width == 8  # d_model / 4
+
+
+def test_table_rows_state_the_width_split_the_kernel_and_the_window():
+    from poslab.evaluation.plan import scheme_label
+
+    model = {"d_model": 64}
+    concat = {"pos_name": "learned", "pos": {"combine": "concat", "position_dims": None}}
+    assert scheme_label({**concat, "model": model}) == "learned concatenated (16 of 64 dims)"
+    sized = {"pos_name": "sinusoidal", "pos": {"combine": "concat", "position_dims": 8}}
+    assert scheme_label({**sized, "model": model}) == "sinusoidal concatenated (8 of 64 dims)"
+    added = {"pos_name": "learned", "pos": {"combine": "add"}, "model": model}
+    assert scheme_label(added) == "learned"
+    stick = {"_target_": "poslab.attention.StickBreaking", "window": None}
+    assert (
+        scheme_label({"pos_name": "nope", "pos": {}, "attention": stick}) == "nope, stick-breaking"
+    )
+    swa = {"_target_": "poslab.attention.Auto", "window": [32, 32, 32, None]}
+    schedule = {"pos_name": "schedule", "pos": {"layers": ["rope", "rope", "rope", "nope"]}}
+    label = scheme_label({**schedule, "attention": swa})
+    assert label == "schedule rope/rope/rope/nope, window 32/32/32/global"
