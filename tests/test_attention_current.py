@@ -194,6 +194,26 @@ def test_stick_breaking_trains_a_model_and_is_labelled_in_tables():
     assert build_kernel("sdpa").row_label({"window": [8, None]}) == "window 8/global"
 
 
+def test_stick_breaking_with_a_window_and_a_decay_equals_the_product_written_out():
+    """A window hides the keys W or more tokens back (and the stick they would break); a decay
+    (FoX) adds c_i − c_j to the logits before the sigmoid."""
+    q, k, v = _qkv(seq_len=12)
+    decay = torch.randn(2, 3, 12, dtype=torch.float64).cumsum(-1)
+    kernel = StickBreaking(block_size=5, attend_current=True, window=4)
+    out = kernel(q, k, v, _Plain(), _Prepared(12), None, 0, 0.0, decay)
+    z = q @ k.transpose(-1, -2) / D**0.5 + decay[..., :, None] - decay[..., None, :]
+    beta = torch.sigmoid(z)
+    weights = torch.zeros_like(z)
+    for i in range(12):
+        rest = torch.ones_like(z[..., i, 0])
+        for j in range(i, max(-1, i - 4), -1):  # keys i, i−1, …, i−3: the last 4
+            weights[..., i, j] = beta[..., i, j] * rest
+            rest = rest * (1 - beta[..., i, j])
+    torch.testing.assert_close(out, weights @ v, atol=5e-6, rtol=0)
+    with pytest.raises(ConfigError, match="no key to attend to"):
+        StickBreaking(window=1).check(_Plain(), 0.0)
+
+
 def test_stick_breaking_refuses_a_scheme_that_needs_the_scores():
     with pytest.raises(ConfigError, match="stick_breaking cannot serve"):
         tiny_gpt("cope", "stick_breaking")
@@ -210,11 +230,11 @@ def test_fox_bias_equals_x_transformers_data_dependent_alibi():
     fox = build_scheme("fox", n_layer=1)
     reference = DataDependentAlibi(d_model, N_HEAD)
     with torch.no_grad():
-        fox.gates[0].weight.normal_(0, 0.5)
-        fox.gates[0].bias.normal_(0, 1)
+        fox.gate_weight.normal_(0, 0.5)
+        fox.gate_bias.normal_(0, 1)
         linear = reference.to_forget_gates[0]
-        linear.weight.copy_(fox.gates[0].weight)
-        linear.bias.copy_(fox.gates[0].bias)
+        linear.weight.copy_(fox.gate_weight[0])
+        linear.bias.copy_(fox.gate_bias[0])
         x = torch.randn(2, seq_len, d_model)
         c = fox.data_decay(x, 0)
         ours = c[..., :, None] - c[..., None, :]
@@ -228,7 +248,7 @@ def test_fox_bias_is_the_sum_of_log_forget_gates_between_the_tokens():
     x = torch.randn(1, 7, 32, dtype=torch.float32)
     with torch.no_grad():
         c = fox.data_decay(x, 0).double()
-        gates = torch.sigmoid(x.double() @ fox.gates[0].weight.double().T + fox.gates[0].bias)
+        gates = torch.sigmoid(x.double() @ fox.gate_weight[0].double().T + fox.gate_bias[0])
     for i, j in [(6, 0), (4, 2), (3, 3)]:
         expected = torch.log(gates[0, j + 1 : i + 1]).sum(0)  # Σ_{k=j+1..i} log f_k per head
         torch.testing.assert_close(c[0, :, i] - c[0, :, j], expected, atol=1e-5, rtol=0)
@@ -237,11 +257,24 @@ def test_fox_bias_is_the_sum_of_log_forget_gates_between_the_tokens():
 def test_fox_starts_with_gates_near_one_and_learns_them():
     torch.manual_seed(0)
     fox = build_scheme("fox")
-    assert all((g.bias == 5.0).all() for g in fox.gates)
+    assert (fox.gate_bias == 5.0).all() and fox.gate_weight.shape == (2, N_HEAD, 32)
     model = GPT(GPTConfig(vocab_size=41, n_layer=2, n_head=N_HEAD, d_model=32), fox)
     idx = tokens(2, 12)
     model.loss(idx[:, :-1], idx[:, 1:]).backward()
-    assert all(g.weight.grad.abs().sum() > 0 for g in fox.gates)
+    assert all(fox.gate_weight.grad[layer].abs().sum() > 0 for layer in range(2))
+
+
+def test_fox_in_some_layers_of_a_schedule_gives_every_parameter_a_gradient():
+    """DDP (find_unused_parameters=false) needs a gradient for every parameter: FoX's gates of
+    the layers a schedule gives to another scheme get zeros, not None."""
+    torch.manual_seed(0)
+    pos = build_scheme("schedule", n_layer=4, layers=["alibi", "fox"])
+    model = GPT(GPTConfig(vocab_size=41, n_layer=4, n_head=N_HEAD, d_model=32), pos)
+    idx = tokens(2, 12)
+    model.loss(idx[:, :-1], idx[:, 1:]).backward()
+    assert all(p.grad is not None for p in model.parameters())
+    gates = pos.members["fox"].gate_weight.grad
+    assert (gates[0] == 0).all() and (gates[1] != 0).any()  # layer 0 is alibi's, layer 1 fox's
 
 
 def test_fox_gates_stay_fp32_under_bf16_autocast():
@@ -352,3 +385,16 @@ def test_table_rows_state_the_width_split_the_kernel_and_the_window():
     schedule = {"pos_name": "schedule", "pos": {"layers": ["rope", "rope", "rope", "nope"]}}
     label = scheme_label({**schedule, "attention": swa})
     assert label == "schedule rope/rope/rope/nope, window 32/32/32/global"
+
+
+def test_fox_checkpoints_with_a_linear_per_layer_still_load():
+    fox = build_scheme("fox")
+    old = {
+        f"pos.gates.{i}.{kind}": torch.randn(*shape)
+        for i in range(2)
+        for kind, shape in (("weight", (N_HEAD, 32)), ("bias", (N_HEAD,)))
+    }
+    state = fox.upgrade_state(old)
+    assert set(state) == {"pos.gate_weight", "pos.gate_bias"}
+    assert torch.equal(state["pos.gate_weight"][1], old["pos.gates.1.weight"])
+    assert torch.equal(state["pos.gate_bias"][0], old["pos.gates.0.bias"])

@@ -183,9 +183,25 @@ def _flex_kernel(device_type: str) -> Callable:
     return flex_attention  # eager: a reference path for tests on CPUs
 
 
+def flex_block_mask(seq_len: int, window: int | None, device: torch.device) -> Any:
+    """FlexAttention's causal block mask over `seq_len` tokens, with a sliding window if any:
+    it depends on the length and the window only, so a forward builds each one once."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return q_idx >= kv_idx
+
+    def sliding(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+
+    visible = causal if window is None else sliding
+    return create_block_mask(visible, None, None, seq_len, seq_len, device=device)
+
+
 class FlexMask:
-    """The causal block mask (with a sliding window, if any) and the score_mod of one forward,
-    or of one layer when the layers differ (a per-layer bias, a decay, a window)."""
+    """The block mask (causal, with a sliding window if any) and the score_mod of one forward,
+    or of one layer when the layers differ (a per-layer bias, a decay, a window); `block_masks`
+    caches the block masks of one forward by window."""
 
     def __init__(
         self,
@@ -194,23 +210,16 @@ class FlexMask:
         position_axes: int = 0,
         decay: Tensor | None = None,
         window: int | None = None,
+        block_masks: dict[int | None, Any] | None = None,
     ) -> None:
         if not flex_available():
             raise ConfigError("attention=flex needs torch >= 2.5; use attention=sdpa")
-        from torch.nn.attention.flex_attention import create_block_mask
-
         # positions are (…, T), or (…, T, A) for a scheme of A position axes
         seq_len = positions_fp32.shape[-2] if position_axes else positions_fp32.shape[-1]
-        device = positions_fp32.device
-
-        def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return q_idx >= kv_idx
-
-        def sliding(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
-
-        visible = causal if window is None else sliding
-        self.block_mask = create_block_mask(visible, None, None, seq_len, seq_len, device=device)
+        block_masks = {} if block_masks is None else block_masks
+        if window not in block_masks:
+            block_masks[window] = flex_block_mask(seq_len, window, positions_fp32.device)
+        self.block_mask = block_masks[window]
         batched = positions_fp32.dim() == (3 if position_axes else 2)  # per sequence
         pos = positions_fp32 if batched else positions_fp32[None]
         decay = decay.float() if decay is not None else None  # (B, H, T): c_i − c_j
@@ -262,7 +271,6 @@ class AttentionKernel:
     serves: tuple[str, ...] = ("nothing",)
     trains_on_cpu: bool = True
     has_dropout: bool = True
-    has_window: bool = False  # True: takes attention.window (it can mask)
     softmax: bool = True  # False: another function of q, k, v (a different model; tables say so)
     # True: the kernel applies the scheme's rotation itself (linear attention rotates features
     # after its feature map); the model then hands it q and k unrotated
@@ -344,7 +352,6 @@ def _shared(pos: Any, kernel: AttentionKernel) -> bool:
 class SDPA(AttentionKernel):
     name = "sdpa"
     serves = ("nothing", "decay", "bias")
-    has_window = True
 
     def __init__(
         self, block_size: int = 1024, full_bias_mib: float = 256, window: Any = None
@@ -384,7 +391,6 @@ class SDPA(AttentionKernel):
 class Blockwise(AttentionKernel):
     name = "blockwise"
     serves = NEEDS
-    has_window = True
 
     def scores(
         self,
@@ -467,7 +473,8 @@ class StickBreaking(Blockwise):
     reference (fla-org/flash-linear-attention, stickbreaking_attn/naive.py): log A_ij =
     log σ(z_ij) + Σ_{l>j} log σ(−z_il) over the visible keys, a reverse cumulative sum along
     the keys of each query block. `attend_current`: whether a query also sees its own key
-    (the reference's default, false, leaves the first token's attention output at 0).
+    (the reference's default, false, leaves the first token's attention output at 0; with a
+    window W the query then sees the W − 1 keys before it).
     A scheme's score hooks (bias, scores) apply to z, before the sigmoid."""
 
     name = "stick_breaking"
@@ -485,6 +492,15 @@ class StickBreaking(Blockwise):
     def row_label(cls, options: dict[str, Any]) -> str:
         window = super().row_label(options)
         return "stick-breaking" + (f", {window}" if window else "")
+
+    def check(self, pos: Any, dropout: float) -> None:
+        super().check(pos, dropout)
+        windows = self.window if isinstance(self.window, tuple) else (self.window,)
+        if not self.attend_current and 1 in windows:
+            raise ConfigError(
+                "attention.window=1 with attention.attend_current=false leaves stick-breaking "
+                "no key to attend to; widen the window or set attention.attend_current=true"
+            )
 
     def weights(self, q, k, pos, prepared, layer, start, end, decay=None):  # noqa: ANN001
         z = self.scores(q, k, pos, prepared, layer, start, end, decay)
@@ -505,18 +521,28 @@ class Flex(AttentionKernel):
     serves = ("nothing", "decay", "bias")
     trains_on_cpu = False  # FlexAttention has no backward pass on CPUs
     has_dropout = False
-    has_window = True
 
-    def _mask(self, pos: Any, prepared: Any, layer: int, decay: Tensor | None = None) -> FlexMask:
+    def _mask(
+        self,
+        pos: Any,
+        prepared: Any,
+        layer: int,
+        decay: Tensor | None = None,
+        block_masks: dict[int | None, Any] | None = None,
+    ) -> FlexMask:
         score_bias = _score_bias_fn(pos, layer) if pos.layer_needs(layer) == "bias" else None
-        return FlexMask(score_bias, prepared.fp32, pos.position_axes, decay, self.window_of(layer))
+        window = self.window_of(layer)
+        return FlexMask(score_bias, prepared.fp32, pos.position_axes, decay, window, block_masks)
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
-        return self._mask(pos, prepared, 0) if _shared(pos, self) else None
+        # one mask for every layer, or the block masks that the layers of this forward share
+        return self._mask(pos, prepared, 0) if _shared(pos, self) else {}
 
     def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
-        mask = state if _shared(pos, self) else self._mask(pos, prepared, layer, decay)
-        return flex_causal_attention(q, k, v, mask)
+        if isinstance(state, FlexMask):  # shared by every layer
+            return flex_causal_attention(q, k, v, state)
+        cache = state if isinstance(state, dict) else None
+        return flex_causal_attention(q, k, v, self._mask(pos, prepared, layer, decay, cache))
 
 
 class Auto(AttentionKernel):
@@ -525,7 +551,6 @@ class Auto(AttentionKernel):
 
     name = "auto"
     serves = NEEDS
-    has_window = True
 
     def __init__(
         self, block_size: int = 1024, full_bias_mib: float = 256, window: Any = None

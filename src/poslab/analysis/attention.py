@@ -37,8 +37,15 @@ class AttentionRecorder(Blockwise):
 
     name = "recorder"
 
-    def __init__(self, train_length: int, n_layer: int, n_head: int, block_size: int = 1024):
-        super().__init__(block_size)
+    def __init__(
+        self,
+        train_length: int,
+        n_layer: int,
+        n_head: int,
+        block_size: int = 1024,
+        window: Any = None,
+    ):
+        super().__init__(block_size, window)
         self.train_length = train_length
         self.distance_sum = torch.zeros(n_layer, n_head, dtype=torch.float64)
         self.far_sum = torch.zeros(n_layer, n_head, dtype=torch.float64)
@@ -48,10 +55,18 @@ class AttentionRecorder(Blockwise):
         self.max_future_weight = 0.0
 
     def weights(
-        self, q: Tensor, k: Tensor, pos: Any, prepared: Any, layer: int, start: int, end: int
+        self,
+        q: Tensor,
+        k: Tensor,
+        pos: Any,
+        prepared: Any,
+        layer: int,
+        start: int,
+        end: int,
+        decay: Tensor | None = None,
     ) -> Tensor:
         """Blockwise's weights of one query block (its __call__ runs the blocks), recorded."""
-        weights = super().weights(q, k, pos, prepared, layer, start, end)
+        weights = super().weights(q, k, pos, prepared, layer, start, end, decay)
         self.record(weights, layer, start, end)
         return weights
 
@@ -93,8 +108,9 @@ def attention_statistics(
             f"attention={model.attention.name}: the model has no softmax attention weights to "
             "measure; the attention analysis takes softmax checkpoints"
         )
+    window = model.attention.window  # a sliding window is part of the model: kept
     recorder = AttentionRecorder(
-        train_length, model.config.n_layer, model.config.n_head, block_size
+        train_length, model.config.n_layer, model.config.n_head, block_size, window
     )
     recorder.check(model.pos, 0.0)
     original = model.attention

@@ -38,17 +38,28 @@ class Forgetting(PositionalScheme):
         require("pos.bias_init", bias_init, number())
         self.bias_init = float(bias_init)
         self.per_layer = True  # each layer its own gates (a layer's input is its own)
-        self.gates = nn.ModuleList(nn.Linear(d_model, n_head) for _ in range(self.n_layer))
-        for gate in self.gates:
-            nn.init.normal_(gate.weight, mean=0.0, std=0.02)
-            nn.init.constant_(gate.bias, self.bias_init)
+        # one tensor for all layers (not a module per layer): a layer that does not use its gates
+        # (FoX in some layers of a schedule) still gets a zero gradient, as DDP expects
+        self.gate_weight = nn.Parameter(torch.randn(self.n_layer, n_head, d_model) * 0.02)
+        self.gate_bias = nn.Parameter(torch.full((self.n_layer, n_head), self.bias_init))
+
+    def upgrade_state(self, state: dict[str, Tensor], prefix: str = "pos.") -> dict[str, Tensor]:
+        """Checkpoints whose gates were one Linear per layer (`gates.<i>.weight`, `.bias`)."""
+        state = super().upgrade_state(state, prefix)
+        old = [f"{prefix}gates.{i}." for i in range(self.n_layer)]
+        if f"{old[0]}weight" in state:
+            state = dict(state)
+            weights = [state.pop(f"{o}weight") for o in old]
+            biases = [state.pop(f"{o}bias") for o in old]
+            state[f"{prefix}gate_weight"] = torch.stack(weights)
+            state[f"{prefix}gate_bias"] = torch.stack(biases)
+        return state
 
     def log_forget(self, x: Tensor, layer: int = 0) -> Tensor:
         """log f (B, H, T) in fp32 for the layer's input x (B, T, d_model)."""
-        gate = self.gates[layer]
         with torch.autocast(device_type=x.device.type, enabled=False):
-            logits = F.linear(x.float(), gate.weight.float(), gate.bias.float())
-            return F.logsigmoid(logits).transpose(1, 2)
+            weight, bias = self.gate_weight[layer].float(), self.gate_bias[layer].float()
+            return F.logsigmoid(F.linear(x.float(), weight, bias)).transpose(1, 2)
 
     def data_decay(self, x: Tensor, layer: int = 0) -> Tensor:
         """c (B, H, T): the running sum of log f; the bias of query i over key j is c_i − c_j."""
