@@ -104,7 +104,11 @@ def test_an_override_changes_the_computation_or_is_refused():
 # trained checkpoints (the session's tiny runs of every scheme, tests/conftest.py)
 
 
-@pytest.mark.parametrize("name", ["kerple", "sandwich", "fire", "xpos", "cope"])
+NEW_SCHEMES = ["kerple", "sandwich", "fire", "xpos", "cope"]  # the second edition's
+NEW_SCHEMES += ["dape", "fox", "p_rope", "hope", "resonance", "ssmax", "schedule"]  # 2024-25
+
+
+@pytest.mark.parametrize("name", NEW_SCHEMES)
 def test_every_new_scheme_trains_and_evaluates_at_16x(trained_runs, name, tmp_path):
     from omegaconf import OmegaConf
 
@@ -117,6 +121,34 @@ def test_every_new_scheme_trains_and_evaluates_at_16x(trained_runs, name, tmp_pa
     rows = evaluate_checkpoint(run / "checkpoints" / "best.ckpt", cfg, out_dir=tmp_path)
     assert [r["length"] for r in rows] == [16, 256]
     assert all(r["status"] == "ok" and math.isfinite(r["ppl"]) for r in rows)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["attention=stick_breaking"],
+        ["pos=schedule", "pos.layers=[rope,nope]", "attention.window=[8,null]"],
+        ["pos=learned", "pos.combine=concat", "eval.unsupported=skip"],
+    ],
+    ids=["stick_breaking", "rnope_swa", "learned_concat"],
+)
+def test_the_new_kernels_and_options_train_and_evaluate_at_16x(corpus, overrides, tmp_path):
+    """A real tiny run (Trainer, checkpoint, the evaluation after training at 1–16×) of
+    stick-breaking attention, a windowed schedule and concatenated positions."""
+    from conftest import train_in_process
+
+    pos = [o.split("=", 1)[1] for o in overrides if o.startswith("pos=")]
+    extra = [o for o in overrides if not o.startswith("pos=")]
+    extra += ["eval.factors=[1,16]", "eval.modes=[nonoverlapping]"]
+    metrics = train_in_process((pos or ["nope"])[0], corpus, tmp_path, extra)
+    assert metrics["best_val_loss"] < metrics["val/loss_initial"] - 0.5
+    rows = json.loads((tmp_path / "extrapolation" / "extrapolation.json").read_text())
+    statuses = {r["length"]: r["status"] for r in rows}
+    if "pos.combine=concat" in overrides:  # a learned table has no row past L
+        assert statuses[16] == "ok" and statuses[256].startswith("skipped: learned positions")
+    else:
+        assert statuses == {16: "ok", 256: "ok"}
+        assert all(math.isfinite(r["ppl"]) for r in rows)
 
 
 def test_a_base_override_on_a_rope_checkpoint_changes_perplexity(trained_runs, tmp_path):
