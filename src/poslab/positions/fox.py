@@ -63,5 +63,4 @@ class Forgetting(PositionalScheme):
 
     def data_decay(self, x: Tensor, layer: int = 0) -> Tensor:
         """c (B, H, T): the running sum of log f; the bias of query i over key j is c_i − c_j."""
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            return self.log_forget(x, layer).cumsum(dim=-1)
+        return self.log_forget(x, layer).cumsum(dim=-1)  # fp32: log_forget runs outside autocast
