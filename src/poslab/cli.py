@@ -272,6 +272,7 @@ def _interrupted(
     lock: RunLock | None,
 ) -> None:
     """One line (and the status file) saying what finished and what to run next."""
+    _clear_progress_bars()
     name = signal.Signals(stop.signum).name
     if not owns_folder:  # eval.py: results are written together at the end, so none were
         line = (
@@ -313,6 +314,16 @@ def _interrupted(
     _try(log_to_file, line)
     if in_multirun():
         _sweep_interrupted(name, owns_folder)
+
+
+def _clear_progress_bars() -> None:
+    """A bar the stop caught mid-loop is still on the line; cleared, the stop line is one of
+    its own (it is the last line the user sees, and what scripts read)."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        with contextlib.suppress(Exception):
+            bar.close()
 
 
 def _try(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
