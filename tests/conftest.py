@@ -54,6 +54,15 @@ def make_corpus(folder: Path, n_train: int = 1500, n_valid: int = 150, seed: int
     return folder
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`-n 2`) each worker computes on one thread: two workers on two cores
+    without oversubscription (the tests are small ops, where a second thread buys little)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_env(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Caches and W&B files go to a temp folder; no test may reach the network."""

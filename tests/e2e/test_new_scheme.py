@@ -110,10 +110,16 @@ def test_the_new_scheme_is_listed_and_built(repo_with_scheme):
 def test_the_whole_fast_suite_passes_and_covers_it(repo_with_scheme):
     """The README's test command, run in the copy: every test passes with the new scheme in
     conf/pos/, and the scheme-parametrised tests include it."""
-    args = ["-m", "pytest", "-v", "-p", "no:cacheprovider", "-m", "not slow", "tests"]
+    args = ["-m", "pytest", "-v", "-p", "no:cacheprovider", "-m", "not slow", "-n", "auto", "tests"]
     result = run(args, repo_with_scheme, timeout=1500)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    passed = re.findall(rf"::(\w+)\[[^\]]*{NAME}[^\]]*\] PASSED", result.stdout)
+    # xdist's -v lines read "[gw0] [ 3%] PASSED tests/…::test[…]"
+    passed = [
+        test
+        for line in result.stdout.splitlines()
+        if "PASSED" in line
+        for test in re.findall(rf"::(\w+)\[[^\]]*{NAME}[^\]]*\]", line)
+    ]
     # at least the tests over every scheme of conf/pos/ (causality, per-sequence positions) and
     # the m − n property of the schemes that declare shift_invariant
     assert len(passed) >= 3, result.stdout[-4000:]
