@@ -217,6 +217,46 @@ EVAL_BAD = [
         expected="run={{x: 1}} is not a path",  # each -m value
         wandb=False,
     ),
+    # a pretrained HF model (eval.py hf=...)
+    eval_case("hf={hf_llama}", "run={rope}", expected="pass exactly one of ckpt=PATH"),
+    eval_case("hf={hf_llama}", expected="needs a corpus: pass data_path=DIR"),
+    eval_case(
+        "hf={corpus}/nothing-here",
+        "data_path={corpus}",
+        expected=("could not load its config", "pass a local folder"),
+    ),
+    eval_case("hf={file}", "data_path={corpus}", expected="is a file; pass the model's folder"),
+    eval_case("hf={hf_t5}", "data_path={corpus}", expected="is a t5 model, not a causal"),
+    eval_case("hf={hf_bert}", "data_path={corpus}", expected="is not causal: its logits"),
+    eval_case(
+        "hf={hf_no_weights}", "data_path={corpus}", expected="could not load its weights"
+    ),
+    eval_case("hf={hf_llama}", "data_path={corpus}", "hf_context=0", expected="hf_context=0"),
+    eval_case(
+        "hf={hf_llama}",
+        "data_path={corpus}",
+        "eval.rope_scaling.kind=rerope",
+        expected="eval.rope_scaling.kind=rerope merges score matrices",
+    ),
+    eval_case(
+        "hf={hf_llama}",
+        "data_path={corpus}",
+        "eval.logn_scaling=true",
+        expected="eval.logn_scaling=true scales queries",
+    ),
+    eval_case(
+        "hf={hf_gpt2}",
+        "data_path={corpus}",
+        "eval.rope_scaling.kind=yarn",
+        expected="has no rotary embedding module",
+    ),
+    eval_case(
+        "hf={hf_gpt2}",
+        "data_path={corpus}",
+        "eval.factors=[1,2]",
+        "eval.unsupported=error",
+        expected="has learned positions 0..31",
+    ),
     eval_case(
         "run={task}",
         "eval.modes=[sliding]",

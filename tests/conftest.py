@@ -80,6 +80,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("corpus"))
 
 
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> dict[str, Path]:
+    """Tiny random HF causal LMs saved with their tokenizer (tests/hf_models.py)."""
+    from hf_models import make_hf_models
+
+    return make_hf_models(tmp_path_factory.mktemp("hf"), corpus)
+
+
 TINY = [
     "model=tiny",
     "data.seq_len=16",
@@ -255,7 +263,7 @@ def run_in_process(
 
 
 def _script_main(app: str):  # noqa: ANN202
-    """The main() scripts/APP calls (benchmark.py's lives in the script itself)."""
+    """The main() scripts/APP calls (benchmark.py's and export_hf.py's live in the script)."""
     if app == "compare.py":
         from poslab.evaluation.compare import main
 
@@ -264,10 +272,11 @@ def _script_main(app: str):  # noqa: ANN202
         from poslab.analysis import main
 
         return main
-    assert app == "benchmark.py", app
+    assert app in ("benchmark.py", "export_hf.py"), app
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("poslab_benchmark_script", REPO / "scripts" / app)
+    name = f"poslab_{app.removesuffix('.py')}_script"
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / app)
     module = sys.modules.get(spec.name)
     if module is None:
         module = importlib.util.module_from_spec(spec)
@@ -381,6 +390,8 @@ def case_values(request: pytest.FixtureRequest, templates: tuple[str, ...]) -> d
             values[name] = str(request.getfixturevalue("task_run"))
         elif name in ("learned", "rope"):
             values[name] = str(request.getfixturevalue("trained_runs")[name][0])
+        elif name.startswith("hf_"):  # a tiny saved HF model: {hf_llama}, {hf_bert}, ...
+            values[name] = str(request.getfixturevalue("hf_models")[name.removeprefix("hf_")])
         elif name in ("mrope", "cut"):
             values[name] = str(request.getfixturevalue("mrope_runs")[name])
         else:

@@ -14,7 +14,7 @@ if not OmegaConf.has_resolver("uid"):
     OmegaConf.register_new_resolver("uid", lambda: _UID)
 
 
-def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None) -> str:
+def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None, hf: str | None = None) -> str:
     """eval.py's working folder (its eval.log): out_dir, else the evaluated run's folder, so an
     evaluation creates no folder of its own (`${eval_dir:...}` in conf/eval.yaml)."""
     from pathlib import Path
@@ -27,6 +27,10 @@ def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None) -> str:
     if ckpt:
         parent = Path(ckpt).expanduser().absolute().parent
         return str(parent.parent if parent.name == "checkpoints" else parent)
+    if hf:  # a pretrained model: outputs/pretrained/<name>/ (poslab/pretrained.py)
+        from poslab.run_folder import pretrained_folder
+
+        return str(pretrained_folder(str(hf)).absolute())
     import tempfile
 
     # neither given: eval.py stops with an error, and removes this folder again

@@ -197,3 +197,17 @@ def forget_claim() -> None:
     """A new job starts (an in-process sweep runs several): it has taken no folder yet."""
     global _claimed
     _claimed = None
+
+
+def pretrained_name(source: str) -> str:
+    """A pretrained model's name in tables: `HuggingFaceTB/SmolLM-135M` -> `SmolLM-135M`, a
+    folder -> its name."""
+    return Path(str(source).rstrip("/")).name or str(source)
+
+
+def pretrained_folder(source: str) -> Path:
+    """Where eval.py hf=SOURCE writes without out_dir: outputs/pretrained/<name>/."""
+    import re
+
+    slug = re.sub(r"[^A-Za-z0-9._]+", "-", pretrained_name(source)).strip("-.") or "model"
+    return Path("outputs") / "pretrained" / slug

@@ -11,8 +11,8 @@ from poslab.cli import hydra_task, run_app
 from poslab.errors import ConfigError
 
 # eval.py's own top-level options: paths (or null), and a switch
-PATH_KEYS = ("ckpt", "run", "out_dir", "data_path")
-ENTRY_KEYS = (*PATH_KEYS, "wandb")
+PATH_KEYS = ("ckpt", "run", "hf", "out_dir", "data_path")
+ENTRY_KEYS = (*PATH_KEYS, "wandb", "hf_context")
 
 
 def shown(value: Any) -> str:
@@ -30,6 +30,13 @@ def entry_option_problem(key: str, value: Any) -> str | None:
         return (
             f"wandb={shown(value)} must be true or false (true: log a job_type=eval W&B run "
             "when the training run used W&B)"
+        )
+    if key == "hf_context":
+        if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            return None
+        return (
+            f"hf_context={shown(value)} must be a positive number of tokens (the context the "
+            "model was trained at), or null for its config's max_position_embeddings"
         )
     if value is None or isinstance(value, str):
         return None

@@ -362,14 +362,16 @@ def report_rows(
     out_dir: str | Path | None,
     eval_cfg: Any,
     wandb_run: Any,
+    run_folder: Path | None = None,
 ) -> list[dict]:
     """Write an evaluation's rows to <out_dir>/extrapolation/ (after training: the run folder),
     print its table, log it to W&B when asked; returns the rows. Without out_dir (eval.py) the
-    files go to a folder of the checkpoint's run that holds no results yet (results_folder)."""
+    files go to a folder of the checkpoint's run (or of `run_folder`: a pretrained model's) that
+    holds no results yet (results_folder)."""
     if out_dir:
         out, claimed = Path(out_dir) / "extrapolation", False
     else:
-        out, claimed = results_folder(default_out_dir(ckpt), rows)
+        out, claimed = results_folder(run_folder or default_out_dir(ckpt), rows)
     try:
         paths = write_reports(rows, out, title, series_key="mode")
     except BaseException:

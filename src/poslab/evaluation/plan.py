@@ -44,6 +44,9 @@ class EvalPlan:
     # a task checkpoint: {"steps_to_learn", "target"} (poslab.callbacks.LearningSpeed) and the
     # steps it trained
     learning: dict[str, Any] = field(default_factory=dict)
+    # a pretrained HF model (eval.py hf=...): its tokenizer reads the corpus; None for poslab's
+    tokenizer: Any = None
+    source: str | None = None  # the hub id or folder
 
     @property
     def train_length(self) -> int:
@@ -139,6 +142,68 @@ def load_models(plan: EvalPlan, checkpoint: dict[str, Any]) -> None:
     plan.precision = resolve_precision(
         plan.eval_cfg.precision, plan.device.type, key="eval.precision"
     )
+
+
+def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool) -> EvalPlan:
+    """The plan of evaluating a pretrained HF causal LM (eval.py hf=SOURCE): lengths as multiples
+    of its trained context, one wrapped model per eval-time frequency setting (they share the HF
+    model), checked on a probe before any scoring (pretrained.py)."""
+    from poslab.positions.rope_scaling import RopeScaling, eval_variant_options, resolve_factor
+    from poslab.pretrained import (
+        PretrainedLM,
+        check_probe,
+        check_scaling_kind,
+        load_pretrained,
+        rotary_state,
+        trained_context,
+    )
+    from poslab.run_folder import pretrained_name
+
+    eval_cfg = resolved(eval_cfg)
+    check_eval_config(eval_cfg)
+    options = eval_variant_options(eval_cfg)
+    check_scaling_kind(options, source)
+    if eval_cfg.get("pos_overrides"):
+        raise ConfigError(
+            f"eval.pos_overrides={dict(eval_cfg.pos_overrides)}: options of poslab's schemes, "
+            f"which hf={source} has none of; leave it out"
+        )
+    device = pick_device(eval_cfg.device)
+    precision = resolve_precision(eval_cfg.precision, device.type, key="eval.precision")
+    hf_model, tokenizer = load_pretrained(source, device, precision)
+    context = trained_context(hf_model, source, context)
+    name = pretrained_name(source)
+    config: dict[str, Any] = {
+        "pos_name": name,
+        "pos": {},
+        "data": {"seq_len": context, "word_level": False, "tokenizer": "pretrained"},
+        "model": {"pretrained": source},
+        "run_name": name,
+    }
+    if wandb:  # eval.py hf=... logs to W&B as a trained run would (offline unless logged in)
+        config["logger"] = {"_target_": "WandbLogger", "project": "poslab", "group": "pretrained"}
+    plan = EvalPlan(eval_cfg, config, [], {}, tokenizer=tokenizer, source=source)
+    plan.lengths = eval_lengths(eval_cfg, context)
+    plain = PretrainedLM(hf_model, source, rotary_state(hf_model, source, None, context))
+    check_probe(plain, device)
+    built: dict[tuple[str, float], PretrainedLM] = {}
+    for length in plan.lengths:
+        scaling = None
+        if options is not None:
+            factor = resolve_factor(options["kind"], options.get("factor", "auto"), length, context)
+            scaling = RopeScaling(**{**options, "factor": factor, "train_length": context})
+        if scaling is None or scaling.is_identity():
+            plan.models[length] = plain
+            continue
+        key = (repr(scaling), float(length if scaling.kind in ("dynamic_ntk", "longrope") else 0))
+        if key not in built:
+            built[key] = PretrainedLM(
+                hf_model, source, rotary_state(hf_model, source, scaling, length)
+            )
+        plan.models[length] = built[key]
+    plan.model_config = config
+    plan.device, plan.precision = device, precision
+    return plan
 
 
 def check_before_training(

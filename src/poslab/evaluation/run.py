@@ -96,7 +96,7 @@ def evaluate_text(
     if len(split.ids) < 2:
         raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
     scheme, variant = plan.row_name()
-    vocab_size = plan.models[plan.lengths[0]].config.vocab_size
+    vocab_size = model_vocab_size(plan.models[plan.lengths[0]])
     word_level = bool(plan.model_config["data"].get("word_level"))
     rows: list[dict] = []
     for mode in eval_cfg.modes:
@@ -121,10 +121,17 @@ def evaluate_text(
     return rows, f"{scheme}: perplexity vs evaluation length"
 
 
+def model_vocab_size(model: Any) -> int:
+    """The rows of the model's output matrix (an HF model's config may round its vocab)."""
+    return int(model.lm_head.weight.shape[0])
+
+
 def scored_split(plan: EvalPlan, cache: TokenCache | None, data_path: str | None) -> TokenizedSplit:
     """The tokens the evaluation scores: eval.split of the run's corpus (or of `data_path`),
     capped by eval.max_tokens, from the first line start on."""
     eval_cfg = plan.eval_cfg
+    if plan.tokenizer is not None:
+        return pretrained_split(plan, data_path)
     overrides = {"path": data_path} if data_path else {}
     cache = cache or TokenCache.from_config(plan.model_config["data"], **overrides)
     cache_vocab = cache.meta()["vocab_size"]
@@ -148,6 +155,30 @@ def scored_split(plan: EvalPlan, cache: TokenCache | None, data_path: str | None
                 flush=True,
             )
     return split.after_line_end(cache.tokenizer().token_to_id(EOS))
+
+
+def pretrained_split(plan: EvalPlan, data_path: str | None) -> TokenizedSplit:
+    """eval.split of the corpus at `data_path`, tokenized by the pretrained model's tokenizer."""
+    import os
+
+    from poslab.data.corpus import load_corpus
+    from poslab.pretrained import encode_text, start_token
+
+    eval_cfg = plan.eval_cfg
+    if not data_path:
+        raise ConfigError(
+            f"hf={plan.source} needs a corpus: pass data_path=DIR (train.txt, valid.txt, "
+            "test.txt; e.g. data_path=../shared/data/wikitext-2)"
+        )
+    cache_dir = os.environ.get("POSLAB_CACHE", ".cache/poslab")
+    lines = load_corpus(None, None, data_path, cache_dir).lines
+    if eval_cfg.split not in lines:
+        raise ConfigError(f"data_path={data_path} has no {eval_cfg.split} split")
+    split = encode_text(plan.tokenizer, lines[eval_cfg.split])
+    cap = scored_token_cap(eval_cfg.max_tokens, None)
+    if cap is not None and cap < len(split):
+        split = split.head(cap)
+    return split.after_line_end(start_token(plan.tokenizer))
 
 
 def score_row(plan: EvalPlan, split: TokenizedSplit, row: dict) -> dict:
@@ -188,8 +219,14 @@ def score_row(plan: EvalPlan, split: TokenizedSplit, row: dict) -> dict:
 
 def run_eval(cfg: DictConfig) -> list[dict]:
     """Entry point of eval.py: pick the checkpoint, evaluate, optionally log to W&B."""
-    if bool(cfg.ckpt) == bool(cfg.run):
-        raise ConfigError("pass exactly one of ckpt=PATH (a .ckpt file) or run=RUN_DIR")
+    hf = cfg.get("hf")
+    if sum(map(bool, (cfg.ckpt, cfg.run, hf))) != 1:
+        raise ConfigError(
+            "pass exactly one of ckpt=PATH (a .ckpt file), run=RUN_DIR or hf=MODEL (a Hugging "
+            "Face hub id or a folder saved with save_pretrained)"
+        )
+    if hf:
+        return run_pretrained_eval(cfg)
     eval_cfg = resolved(cfg.eval)
     check_eval_config(eval_cfg)
     ckpt = Path(cfg.ckpt) if cfg.ckpt else checkpoint_of_run(cfg.run)
@@ -203,6 +240,32 @@ def run_eval(cfg: DictConfig) -> list[dict]:
         wandb_run = start_eval_wandb_run(plan.config, eval_config, out)
     try:
         return evaluate_plan(plan, None, cfg.out_dir, wandb_run, cfg.data_path)
+    finally:
+        if wandb_run is not None:
+            wandb_run.finish()
+
+
+def run_pretrained_eval(cfg: DictConfig) -> list[dict]:
+    """eval.py hf=MODEL: the same evaluation, files and W&B run as for a poslab checkpoint, in
+    out_dir or outputs/pretrained/<name>/ (a new folder when that one holds results)."""
+    from poslab.evaluation.plan import plan_pretrained
+    from poslab.run_folder import pretrained_folder
+
+    if not cfg.data_path:  # before the model is loaded
+        raise ConfigError(
+            f"hf={cfg.hf} needs a corpus: pass data_path=DIR (train.txt, valid.txt, test.txt; "
+            "e.g. data_path=../shared/data/wikitext-2)"
+        )
+    context = cfg.get("hf_context")
+    plan = plan_pretrained(str(cfg.hf), context, cfg.eval, bool(cfg.wandb and cfg.eval.log_wandb))
+    rows, title = evaluate_text(plan, None, cfg.data_path)
+    folder = Path(cfg.out_dir) if cfg.out_dir else pretrained_folder(str(cfg.hf))
+    wandb_run = None
+    if cfg.eval.log_wandb and cfg.wandb:
+        eval_config = OmegaConf.to_container(cfg.eval, resolve=True)
+        wandb_run = start_eval_wandb_run(plan.config, eval_config, folder)
+    try:
+        return report_rows(rows, title, folder, cfg.out_dir, plan.eval_cfg, wandb_run, folder)
     finally:
         if wandb_run is not None:
             wandb_run.finish()

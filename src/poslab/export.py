@@ -1,0 +1,265 @@
+"""A poslab model as a standard Hugging Face model, where the architecture maps exactly:
+`learned` positions -> GPT-2, `rope` -> GPT-NeoX (scripts/export_hf.py).
+
+Both are poslab's block (pre-LayerNorm, exact-erf GELU MLP, biases, tied embeddings): GPT-2
+adds a learned table like `learned`, GPT-NeoX rotates like `rope` with `pairing=half`. An
+`interleaved` rope (RoFormer's pairs 2i, 2i+1) exports too: the query and key rows of each head
+are permuted so pair i sits at dims i and i + R/2, which leaves every score unchanged (the Llama
+conversion does the same). Missing biases are exported as zeros. Anything that would not give
+the same logits (another scheme, a learned θ, an attention kernel other than softmax, a window,
+scaled embeddings, a concatenated table) is one line before anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from poslab.errors import ConfigError
+from poslab.model import GPT
+
+EXPORTS = {"learned": "GPT-2", "rope": "GPT-NeoX"}
+EXACT_KERNELS = ("SDPA", "Blockwise", "Flex", "Auto")  # exact softmax attention
+
+
+def export_problem(model: GPT, config: dict[str, Any]) -> str | None:
+    """Why `model` has no exact HF architecture (None: it has)."""
+    from poslab.positions.learned import LearnedPositions
+    from poslab.positions.rope import Rotary
+
+    name = config.get("pos_name") or type(model.pos).__name__
+    pos = model.pos
+    if type(pos) not in (LearnedPositions, Rotary):
+        which = ", ".join(f"{k} ({v})" for k, v in EXPORTS.items())
+        return f"pos={name} maps to no Hugging Face architecture; the schemes that export: {which}"
+    kernel = type(model.attention).__name__
+    attention = config.get("attention") or {}
+    if kernel not in EXACT_KERNELS or attention.get("window"):
+        return (
+            f"attention={kernel}{' with a window' if attention.get('window') else ''}: HF's "
+            "GPT-2 and GPT-NeoX attend with plain softmax over every earlier token; export a "
+            "model trained with attention=sdpa (or auto, blockwise, flex)"
+        )
+    if model.config.scale_embeddings:
+        return "model.scale_embeddings=true: GPT-2 and GPT-NeoX do not scale token embeddings"
+    if isinstance(pos, LearnedPositions) and pos.joining.combine != "add":
+        return "pos.combine=concat: GPT-2 adds its position table to the token embeddings"
+    if isinstance(pos, Rotary):
+        if pos.theta_param is not None:
+            return "pos.learnable_theta=true: GPT-NeoX's frequencies are base^(-2i/R), fixed"
+        if pos.scaling is not None:
+            return "an eval-time rope scaling: export the trained model (set it in HF's config)"
+        if pos.position_dtype != "fp32":
+            return f"pos.position_dtype={pos.position_dtype}: GPT-NeoX computes angles in fp32"
+    return None
+
+
+def _bias(linear: nn.Linear) -> Tensor:
+    return linear.bias if linear.bias is not None else torch.zeros(linear.out_features)
+
+
+def _norm(norm: nn.LayerNorm) -> tuple[Tensor, Tensor]:
+    return norm.weight, norm.bias if norm.bias is not None else torch.zeros_like(norm.weight)
+
+
+def to_gpt2(model: GPT) -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    c = model.config
+    hf_config = GPT2Config(
+        vocab_size=c.vocab_size,
+        n_positions=model.pos.max_positions,
+        n_embd=c.d_model,
+        n_layer=c.n_layer,
+        n_head=c.n_head,
+        n_inner=c.d_ff,
+        activation_function="gelu",  # exact erf GELU, as poslab's MLP
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=model.ln_f.eps,
+        tie_word_embeddings=True,
+    )
+    hf = GPT2LMHeadModel(hf_config)
+    state: dict[str, Tensor] = {
+        "transformer.wte.weight": model.tok_emb.weight,
+        "transformer.wpe.weight": model.pos.table.weight,
+    }
+    state["transformer.ln_f.weight"], state["transformer.ln_f.bias"] = _norm(model.ln_f)
+    for i, block in enumerate(model.blocks):
+        p = f"transformer.h.{i}."
+        state[p + "ln_1.weight"], state[p + "ln_1.bias"] = _norm(block.ln_1)
+        state[p + "ln_2.weight"], state[p + "ln_2.bias"] = _norm(block.ln_2)
+        # GPT-2's Conv1D holds the transpose of a Linear's weight
+        for ours, theirs in (
+            (block.attn.qkv, "attn.c_attn"),
+            (block.attn.proj, "attn.c_proj"),
+            (block.mlp.up, "mlp.c_fc"),
+            (block.mlp.down, "mlp.c_proj"),
+        ):
+            state[p + theirs + ".weight"] = ours.weight.t()
+            state[p + theirs + ".bias"] = _bias(ours)
+    _load(hf, state)
+    return hf
+
+
+def half_pairing_order(head_dim: int, rotary_dims: int) -> Tensor:
+    """The dims of a head in the order that puts interleaved pair i (2i, 2i+1) at i, i + R/2."""
+    pairs = torch.arange(0, rotary_dims, 2)
+    return torch.cat((pairs, pairs + 1, torch.arange(rotary_dims, head_dim)))
+
+
+def to_gpt_neox(model: GPT) -> nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    c, pos = model.config, model.pos
+    head_dim = c.d_model // c.n_head
+    hf_config = GPTNeoXConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.d_model,
+        num_hidden_layers=c.n_layer,
+        num_attention_heads=c.n_head,
+        intermediate_size=c.d_ff,
+        hidden_act="gelu",
+        max_position_embeddings=int(getattr(pos, "max_positions", 0) or 2048),
+        layer_norm_eps=model.ln_f.eps,
+        use_parallel_residual=False,  # poslab's blocks are sequential: x + attn, then + mlp
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": pos.base,
+            "partial_rotary_factor": pos.rotary_dims / head_dim,
+        },
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        tie_word_embeddings=False,
+    )
+    hf = GPTNeoXForCausalLM(hf_config)
+    order = (
+        half_pairing_order(head_dim, pos.rotary_dims)
+        if pos.pairing == "interleaved"
+        else torch.arange(head_dim)
+    )
+    names = {id(param): name for name, param in hf.named_parameters()}
+    state: dict[str, Tensor] = {  # the output matrix's name differs between HF versions
+        names[id(hf.get_input_embeddings().weight)]: model.tok_emb.weight,
+        names[id(hf.get_output_embeddings().weight)]: model.tok_emb.weight,
+    }
+    state["gpt_neox.final_layer_norm.weight"], state["gpt_neox.final_layer_norm.bias"] = _norm(
+        model.ln_f
+    )
+    for i, block in enumerate(model.blocks):
+        p = f"gpt_neox.layers.{i}."
+        state[p + "input_layernorm.weight"], state[p + "input_layernorm.bias"] = _norm(block.ln_1)
+        ln2 = _norm(block.ln_2)
+        state[p + "post_attention_layernorm.weight"], state[p + "post_attention_layernorm.bias"] = (
+            ln2
+        )
+        # NeoX's fused qkv is per head [q_h, k_h, v_h]; poslab's is [q; k; v], heads inside
+        weight = block.attn.qkv.weight.view(3, c.n_head, head_dim, c.d_model)
+        bias = _bias(block.attn.qkv).view(3, c.n_head, head_dim)
+        weight = torch.stack((weight[0][:, order], weight[1][:, order], weight[2]), dim=1)
+        bias = torch.stack((bias[0][:, order], bias[1][:, order], bias[2]), dim=1)
+        state[p + "attention.query_key_value.weight"] = weight.reshape(3 * c.d_model, c.d_model)
+        state[p + "attention.query_key_value.bias"] = bias.reshape(3 * c.d_model)
+        for ours, theirs in (
+            (block.attn.proj, "attention.dense"),
+            (block.mlp.up, "mlp.dense_h_to_4h"),
+            (block.mlp.down, "mlp.dense_4h_to_h"),
+        ):
+            state[p + theirs + ".weight"] = ours.weight
+            state[p + theirs + ".bias"] = _bias(ours)
+    _load(hf, state)
+    return hf
+
+
+def _load(hf: nn.Module, state: dict[str, Tensor]) -> None:
+    """Every learned tensor of the HF model from `state` (its buffers, e.g. inv_freq, are
+    computed from its config)."""
+    expected = {name for name, _ in hf.named_parameters()}
+    missing = expected - set(state)
+    if missing:  # a mapping bug, not a user's input
+        raise RuntimeError(f"export left HF parameters unset: {sorted(missing)[:4]}")
+    with torch.no_grad():
+        params = dict(hf.named_parameters())
+        for name in expected:
+            params[name].copy_(state[name].detach().float())
+
+
+def export_hf(model: GPT, config: dict[str, Any], tokenizer: Any, folder: Path) -> nn.Module:
+    """Write `model` to `folder` as an HF model with its tokenizer (save_pretrained); returns
+    the HF model. A model that does not map exactly is a ConfigError before anything is
+    written."""
+    from poslab.positions.learned import LearnedPositions
+
+    problem = export_problem(model, config)
+    if problem:
+        raise ConfigError(problem)
+    model = model.float().eval()
+    hf = to_gpt2(model) if isinstance(model.pos, LearnedPositions) else to_gpt_neox(model)
+    hf.eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(folder)
+    hf_tokenizer(tokenizer).save_pretrained(folder)
+    return hf
+
+
+def hf_tokenizer(tokenizer: Any) -> Any:
+    """poslab's `tokenizers` tokenizer as a PreTrainedTokenizerFast (<eos> ends a line)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from poslab.data.tokens import EOS, UNK
+
+    vocab = tokenizer.get_vocab()
+    special = {"eos_token": EOS, "bos_token": EOS}
+    if UNK in vocab:
+        special["unk_token"] = UNK
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **special)
+
+
+def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tuple[Path, str, float]:
+    """scripts/export_hf.py: export a run's best checkpoint to `out`, load it back as an HF
+    model and compare logits with poslab's on a probe; a mismatch removes the folder and is an
+    error. Returns (folder, architecture, largest logit gap)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from poslab.build import load_checkpoint
+    from poslab.data.cache import TokenCache
+    from poslab.evaluation.run import checkpoint_of_run
+
+    ckpt = run if run.suffix == ".ckpt" else checkpoint_of_run(run)
+    model, config = load_checkpoint(ckpt)
+    problem = export_problem(model, config)
+    if problem:  # before the tokenizer is read (which may tokenize a corpus)
+        raise ConfigError(problem)
+    if "task" in config["data"]:
+        raise ConfigError(
+            f"{run} was trained on a generated task (data={config['data'].get('name')}), whose "
+            "tokens have no text tokenizer; export a run trained on a corpus"
+        )
+    overrides = {"path": data_path} if data_path else {}
+    tokenizer = TokenCache.from_config(config["data"], **overrides).tokenizer()
+    created = not out.exists()
+    try:
+        export_hf(model, config, tokenizer, out)
+        hf = AutoModelForCausalLM.from_pretrained(out).eval()
+        gap = logit_gap(model, hf, int(config["data"]["seq_len"]))
+        if gap > 1e-4:
+            raise RuntimeError(f"the exported model's logits differ from poslab's by {gap:.3g}")
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    return out, type(hf).__name__, gap
+
+
+def logit_gap(model: GPT, hf: nn.Module, length: int) -> float:
+    """The largest |logit| difference of poslab's model and the HF model on random tokens."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (2, length), generator=generator)
+    with torch.inference_mode():
+        return float((model(ids) - hf(input_ids=ids).logits).abs().max())

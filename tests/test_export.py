@@ -1,0 +1,102 @@
+"""scripts/export_hf.py (poslab/export.py): poslab models as standard HF models where the
+architecture maps exactly, learned -> GPT-2 and rope -> GPT-NeoX; the HF model, loaded back
+from its folder, gives poslab's logits; every other model is one line and nothing written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import run_in_process
+
+from poslab.data.cache import TokenCache
+from poslab.export import export_hf, logit_gap
+from poslab.model import GPT, GPTConfig
+from poslab.positions.learned import LearnedPositions
+from poslab.positions.rope import Rotary
+
+
+@pytest.mark.parametrize("scheme", ["rope", "learned"])
+def test_a_trained_run_exports_and_loads_back_with_equal_logits(
+    scheme, trained_runs, tmp_path, monkeypatch, capfd
+):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from poslab.build import load_checkpoint
+    from poslab.evaluation.run import checkpoint_of_run
+
+    run = trained_runs[scheme][0]
+    out = tmp_path / "hf"
+    result = run_in_process(
+        "export_hf.py", [str(run), "--out", str(out)], tmp_path, monkeypatch, capfd
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    architecture = {"rope": "GPTNeoXForCausalLM", "learned": "GPT2LMHeadModel"}[scheme]
+    assert architecture in result.stdout
+    hf = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(hf).__name__ == architecture
+    model, config = load_checkpoint(checkpoint_of_run(run))
+    assert logit_gap(model, hf, int(config["data"]["seq_len"])) < 1e-4
+    # the tokenizer: the same ids as poslab's for a line of the corpus
+    ours = TokenCache.from_config(config["data"]).tokenizer()
+    theirs = AutoTokenizer.from_pretrained(out)
+    line = " the a1 n3 v3 the n7 . "
+    assert theirs(line, add_special_tokens=False)["input_ids"] == ours.encode(line).ids
+
+
+@pytest.mark.parametrize(
+    "pairing,fraction,bias",
+    [("half", 1.0, True), ("half", 0.5, False), ("interleaved", 0.5, False)],
+)
+def test_rope_exports_as_gpt_neox_for_either_pairing_and_without_biases(
+    pairing, fraction, bias, corpus, tmp_path
+):
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=64, n_layer=2, n_head=4, d_model=32, bias=bias)
+    pos = Rotary(32, 4, pairing=pairing, fraction=fraction, base=500.0)
+    model = GPT(config, pos).eval()
+    with torch.no_grad():  # away from the init, so a swapped or zeroed tensor would show
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    from tokenizers import Tokenizer, models
+
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
+    hf = export_hf(model, {"pos_name": "rope"}, tokenizer, tmp_path / "hf")
+    assert logit_gap(model, hf, 40) < 1e-4
+    assert type(hf).__name__ == "GPTNeoXForCausalLM"
+
+
+def test_learned_exports_as_gpt2_without_biases(tmp_path):
+    torch.manual_seed(0)
+    model = GPT(
+        GPTConfig(vocab_size=64, n_layer=2, n_head=4, d_model=32, bias=False),
+        LearnedPositions(32, 4, max_positions=24),
+    ).eval()
+    from tokenizers import Tokenizer, models
+
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
+    hf = export_hf(model, {"pos_name": "learned"}, tokenizer, tmp_path / "hf")
+    assert logit_gap(model, hf, 24) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("alibi", [], "pos=alibi maps to no Hugging Face architecture; the schemes that export"),
+        ("rope", ["--out", "{file}"], "is not an empty folder"),
+        ("nowhere", [], "has no checkpoints/best.ckpt"),
+    ],
+    ids=["alibi", "out-not-empty", "no-checkpoint"],
+)
+def test_a_model_that_does_not_export_is_one_line(
+    case, trained_runs, corpus, tmp_path, monkeypatch, capfd
+):
+    scheme, extra, expected = case
+    run = trained_runs[scheme][0] if scheme in trained_runs else tmp_path / scheme
+    out = tmp_path / "hf"
+    extra = [a.format(file=corpus / "train.txt") for a in extra]
+    args = [str(run), "--out", str(out), *extra]
+    result = run_in_process("export_hf.py", args, tmp_path, monkeypatch, capfd)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+    assert not out.exists()

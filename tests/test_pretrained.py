@@ -1,0 +1,185 @@
+"""eval.py hf=MODEL (poslab/pretrained.py): a pretrained HF causal LM in poslab's evaluation.
+
+Tiny random models of four architectures are saved to folders and loaded back through
+`from_pretrained` (the path a hub id takes, without the hub). Checked: poslab's scorer gives the
+model's own `labels=` loss token for token; poslab's eval-time frequencies on the model give the
+logits of HF's own `rope_parameters` of the same kind; the command writes the same report files
+as for a poslab checkpoint, never over an earlier evaluation, and compare.py sets the model
+beside trained runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import run_in_process
+from hf_models import ARCHITECTURES, CONTEXT, hf_model, tokenizer_for
+
+from poslab.losses import linear_token_nll
+from poslab.positions.rope_scaling import RopeScaling
+from poslab.pretrained import PretrainedLM, encode_text, rotary_state
+
+ROTARY = [a for a in ARCHITECTURES if a != "gpt2"]
+
+
+@pytest.fixture(scope="module")
+def vocab(corpus) -> int:
+    return len(tokenizer_for(corpus))
+
+
+def wrapped(model, scaling: RopeScaling | None = None, length: int = CONTEXT) -> PretrainedLM:
+    return PretrainedLM(model, "tiny", rotary_state(model, "tiny", scaling, length))
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_the_scorer_gives_the_models_own_loss_token_for_token(arch, vocab):
+    model = hf_model(arch, vocab)
+    ids = torch.randint(0, vocab, (3, CONTEXT + 1), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        logits = model(input_ids=ids[:, :-1]).logits
+        theirs = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), ids[:, 1:], reduction="none"
+        )
+        mean_loss = model(input_ids=ids[:, :-1], labels=ids[:, :-1]).loss
+        ours = wrapped(model).hidden_states(ids[:, :-1])
+        ours = linear_token_nll(ours, model.get_output_embeddings().weight, ids[:, 1:])
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    # HF's labels= loss shifts inside: the mean over the same next-token targets but the last
+    torch.testing.assert_close(ours[:, :-1].mean(), mean_loss, atol=1e-5, rtol=1e-5)
+
+
+# poslab's kind and options -> HF's rope_parameters of the same kind (at 4× the context)
+KINDS = {
+    "pi": ({"kind": "pi", "factor": 4.0}, {"rope_type": "linear", "factor": 4.0}),
+    "dynamic_ntk": (
+        {"kind": "dynamic_ntk", "factor": 2.0},
+        {"rope_type": "dynamic", "factor": 2.0},
+    ),
+    "yarn": (
+        {"kind": "yarn", "factor": 4.0, "ramp": "reference"},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": CONTEXT},
+    ),
+    "llama3": (
+        {"kind": "llama3", "factor": 4.0},
+        {
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": CONTEXT,
+        },
+    ),
+}
+
+
+def longrope(pairs: int) -> tuple[dict, dict]:
+    long = [1.0 + 0.5 * i for i in range(pairs)]
+    short = [1.0] * pairs
+    ours = {"kind": "longrope", "factor": 4.0, "long_factor": long, "short_factor": short}
+    theirs = {
+        "rope_type": "longrope",
+        "factor": 4.0,
+        "long_factor": long,
+        "short_factor": short,
+        "original_max_position_embeddings": CONTEXT,
+    }
+    return ours, theirs
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "longrope"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "neox_partial"])
+def test_poslab_frequencies_on_the_model_equal_hfs_own_rope_parameters(arch, kind, vocab):
+    length = 4 * CONTEXT
+    plain = hf_model(arch, vocab)
+    pairs = rotary_state(plain, "tiny", None, CONTEXT).inv_freq[0].shape[-1]
+    ours, theirs = longrope(pairs) if kind == "longrope" else KINDS[kind]
+    native = hf_model(arch, vocab, **theirs)  # the same weights (seed), HF's own scaling
+    scaling = RopeScaling(**ours, train_length=CONTEXT)
+    ids = torch.randint(0, vocab, (2, length), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        expected = native(input_ids=ids).logits
+        got = wrapped(plain, scaling, length)(ids)
+        unscaled = wrapped(plain)(ids)
+    torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-5)
+    # not vacuous: the kind moves the logits by far more than the tolerance
+    assert (got - unscaled).abs().max() > 10 * 2e-5
+
+
+def test_the_trained_frequencies_come_back_after_a_scaled_length(vocab):
+    """One HF model serves every length: a length evaluated after a scaled one reads the
+    frequencies it was trained with."""
+    model = hf_model("llama", vocab)
+    ids = torch.randint(0, vocab, (1, CONTEXT), generator=torch.Generator().manual_seed(3))
+    plain = wrapped(model)
+    with torch.inference_mode():
+        before = plain(ids)
+        wrapped(model, RopeScaling(kind="pi", factor=4.0, train_length=CONTEXT))(ids)
+        torch.testing.assert_close(plain(ids), before, atol=0, rtol=0)
+
+
+def test_encoded_text_carries_every_word_and_byte_once(corpus):
+    tokenizer = tokenizer_for(corpus)
+    lines = (corpus / "valid.txt").read_text().splitlines()
+    split = encode_text(tokenizer, lines, chunk_lines=7)  # chunks end inside the split too
+    text = "".join(line + "\n" for line in lines)
+    assert split.ids.tolist() == tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert int(split.words.sum()) == sum(len(line.split()) + 1 for line in lines)
+    assert int(split.bytes.sum()) == len(text.encode("utf-8"))
+
+
+def test_eval_py_on_a_pretrained_model_writes_the_reports_and_never_overwrites(
+    hf_models, corpus, tmp_path, monkeypatch, capfd
+):
+    args = [
+        f"hf={hf_models['llama']}",
+        f"data_path={corpus}",
+        "eval.factors=[1,2,4]",
+        "eval.modes=[nonoverlapping,sliding]",
+        "eval.max_tokens=1500",
+        "eval.rope_scaling.kind=yarn",
+    ]
+    first = run_in_process("eval", args, tmp_path, monkeypatch, capfd)
+    assert first.returncode == 0, first.stderr[-2000:]
+    folder = tmp_path / "outputs" / "pretrained" / "llama"
+    reports = folder / "extrapolation"
+    names = {p.name for p in reports.iterdir()}
+    assert {"extrapolation.json", "extrapolation.csv", "extrapolation.md"} <= names
+    assert {"extrapolation_ppl.png", "extrapolation_loss_by_position.png"} <= names
+    rows = json.loads((reports / "extrapolation.json").read_text())
+    assert {r["length"] for r in rows} == {CONTEXT, 2 * CONTEXT, 4 * CONTEXT}
+    assert {r["factor"] for r in rows} == {1.0, 2.0, 4.0}  # multiples of its context
+    assert all(r["status"] == "ok" and r["ppl"] > 1 for r in rows)
+    assert rows[0]["scheme"] == "llama + yarn s=auto"
+    assert (folder / "eval.log").is_file()
+    # W&B (offline in tests): a job_type=eval run in the model's folder
+    assert list((folder / "wandb").glob("offline-run-*"))
+    before = (reports / "extrapolation.json").read_bytes()
+    again = run_in_process("eval", args[:-1], tmp_path, monkeypatch, capfd)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (reports / "extrapolation.json").read_bytes() == before
+    (second,) = [p for p in folder.iterdir() if p.name.startswith("extrapolation-")]
+    rows = json.loads((second / "extrapolation.json").read_text())
+    assert rows[0]["scheme"] == "llama"
+
+
+def test_a_pretrained_model_is_a_row_beside_trained_runs(
+    hf_models, corpus, trained_runs, tmp_path, monkeypatch, capfd
+):
+    out = tmp_path / "smol"
+    args = [
+        f"hf={hf_models['gpt_neox']}",
+        f"data_path={corpus}",
+        "eval.factors=[1,2]",
+        "eval.max_tokens=1500",
+        f"out_dir={out}",
+        "wandb=false",
+    ]
+    result = run_in_process("eval", args, tmp_path, monkeypatch, capfd)
+    assert result.returncode == 0, result.stderr[-2000:]
+    table = tmp_path / "table"
+    compare = [str(trained_runs["rope"][0]), str(out), "--out", str(table)]
+    result = run_in_process("compare.py", compare, tmp_path, monkeypatch, capfd)
+    assert result.returncode == 0, result.stderr[-2000:]
+    text = next(table.glob("*.md")).read_text()
+    assert "gpt_neox" in text and "rope" in text
