@@ -100,3 +100,38 @@ def test_a_model_that_does_not_export_is_one_line(
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
     assert not out.exists()
+
+
+def test_an_exported_run_evaluated_as_a_pretrained_model_gives_the_runs_own_table(
+    trained_runs, corpus, tmp_path, monkeypatch, capfd
+):
+    """Export, then eval.py hf=: the exported tokenizer reads the corpus into the ids of
+    poslab's token cache (a newline is the <eos> lines ended with), so every row equals the
+    run's own evaluation: tokens, words, bytes and perplexity."""
+    import json
+
+    run = trained_runs["rope"][0]
+    exported = tmp_path / "hf"
+    args = [str(run), "--out", str(exported)]
+    assert run_in_process("export_hf.py", args, tmp_path, monkeypatch, capfd).returncode == 0
+    shared = [
+        "eval.factors=[1,2,4]",
+        "eval.modes=[nonoverlapping,sliding]",
+        "eval.max_tokens=1500",
+        "eval.precision=32-true",
+        "wandb=false",
+    ]
+    tables = {}
+    for name, source in (("run", f"run={run}"), ("hf", f"hf={exported}")):
+        out = tmp_path / name
+        extra = [f"data_path={corpus}"] if name == "hf" else []
+        result = run_in_process(
+            "eval", [source, *extra, *shared, f"out_dir={out}"], tmp_path, monkeypatch, capfd
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        tables[name] = json.loads((out / "extrapolation" / "extrapolation.json").read_text())
+    assert len(tables["run"]) == len(tables["hf"]) == 6
+    for ours, theirs in zip(tables["run"], tables["hf"], strict=True):
+        for key in ("mode", "length", "tokens", "words", "bytes"):
+            assert ours[key] == theirs[key], key
+        assert theirs["ppl"] == pytest.approx(ours["ppl"], rel=1e-5)

@@ -112,7 +112,7 @@ def half_pairing_order(head_dim: int, rotary_dims: int) -> Tensor:
     return torch.cat((pairs, pairs + 1, torch.arange(rotary_dims, head_dim)))
 
 
-def to_gpt_neox(model: GPT) -> nn.Module:
+def to_gpt_neox(model: GPT, context: int) -> nn.Module:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     c, pos = model.config, model.pos
@@ -124,7 +124,7 @@ def to_gpt_neox(model: GPT) -> nn.Module:
         num_attention_heads=c.n_head,
         intermediate_size=c.d_ff,
         hidden_act="gelu",
-        max_position_embeddings=int(getattr(pos, "max_positions", 0) or 2048),
+        max_position_embeddings=context,  # what eval.py hf= states lengths as multiples of
         layer_norm_eps=model.ln_f.eps,
         use_parallel_residual=False,  # poslab's blocks are sequential: x + attn, then + mlp
         rope_parameters={
@@ -198,7 +198,8 @@ def export_hf(model: GPT, config: dict[str, Any], tokenizer: Any, folder: Path) 
     if problem:
         raise ConfigError(problem)
     model = model.float().eval()
-    hf = to_gpt2(model) if isinstance(model.pos, LearnedPositions) else to_gpt_neox(model)
+    context = int((config.get("data") or {}).get("seq_len") or 2048)  # the training length
+    hf = to_gpt2(model) if isinstance(model.pos, LearnedPositions) else to_gpt_neox(model, context)
     hf.eval()
     folder.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(folder)
@@ -207,11 +208,19 @@ def export_hf(model: GPT, config: dict[str, Any], tokenizer: Any, folder: Path) 
 
 
 def hf_tokenizer(tokenizer: Any) -> Any:
-    """poslab's `tokenizers` tokenizer as a PreTrainedTokenizerFast (<eos> ends a line)."""
+    """poslab's `tokenizers` tokenizer as a PreTrainedTokenizerFast that reads text as poslab's
+    splits were read: a newline is the <eos> every line ended with in training (a normalizer
+    puts it there, and <eos> is matched after normalization), so "line\n" text gives the ids of
+    poslab's token cache."""
+    from tokenizers import AddedToken, Tokenizer, normalizers
     from transformers import PreTrainedTokenizerFast
 
     from poslab.data.tokens import EOS, UNK
 
+    tokenizer = Tokenizer.from_str(tokenizer.to_str())  # a copy: the caller's stays as it is
+    word_level = type(tokenizer.model).__name__ == "WordLevel"
+    tokenizer.normalizer = normalizers.Replace("\n", f" {EOS} " if word_level else EOS)
+    tokenizer.add_special_tokens([AddedToken(EOS, special=True, normalized=True)])
     vocab = tokenizer.get_vocab()
     special = {"eos_token": EOS, "bos_token": EOS}
     if UNK in vocab:
