@@ -25,6 +25,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab",
             "poslab.conf",
             "poslab.errors",
+            "poslab.names",
             "poslab.checks",
             "poslab.arguments",
             "poslab.instantiate",
@@ -51,12 +52,14 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.callbacks",
             "poslab.tracking",
             "poslab.run_folder",
+            "poslab.console",
+            "poslab.runs",
             "poslab.cli",
             "poslab.training",
         ),
     ),
-    ("evaluation", ("poslab.evaluation",)),
-    ("analysis and the commands", ("poslab.analysis", "poslab.apps")),
+    ("evaluation", ("poslab.evaluation", "poslab.pretrained")),
+    ("analysis and the commands", ("poslab.analysis", "poslab.apps", "poslab.export")),
 ]
 
 

@@ -228,9 +228,7 @@ EVAL_BAD = [
     eval_case("hf={file}", "data_path={corpus}", expected="is a file; pass the model's folder"),
     eval_case("hf={hf_t5}", "data_path={corpus}", expected="is a t5 model, not a causal"),
     eval_case("hf={hf_bert}", "data_path={corpus}", expected="is not causal: its logits"),
-    eval_case(
-        "hf={hf_no_weights}", "data_path={corpus}", expected="could not load its weights"
-    ),
+    eval_case("hf={hf_no_weights}", "data_path={corpus}", expected="could not load its weights"),
     eval_case("hf={hf_llama}", "data_path={corpus}", "hf_context=0", expected="hf_context=0"),
     eval_case(
         "hf={hf_llama}",

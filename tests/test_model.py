@@ -173,6 +173,10 @@ NAMED_ON_PURPOSE = {
     # the shape checks test the papers' claims about named schemes (ALiBi flat past L, rotary
     # rising)
     "poslab.evaluation.compare",
+    # the schemes that map to an HF architecture (learned -> GPT-2, rope -> GPT-NeoX)
+    "poslab.export",
+    # an HF model's rotary module, where eval-time frequency kinds reach it
+    "poslab.pretrained",
 }
 GENERIC_MODULES = [m for m in _generic_modules() if m not in NAMED_ON_PURPOSE]
 

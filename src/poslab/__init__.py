@@ -28,7 +28,7 @@ def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None, hf: str | 
         parent = Path(ckpt).expanduser().absolute().parent
         return str(parent.parent if parent.name == "checkpoints" else parent)
     if hf:  # a pretrained model: outputs/pretrained/<name>/ (poslab/pretrained.py)
-        from poslab.run_folder import pretrained_folder
+        from poslab.names import pretrained_folder
 
         return str(pretrained_folder(str(hf)).absolute())
     import tempfile
@@ -39,3 +39,19 @@ def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None, hf: str | 
 
 if not OmegaConf.has_resolver("eval_dir"):
     OmegaConf.register_new_resolver("eval_dir", _eval_dir)
+
+
+def _steps_label(max_steps: object, max_tokens: object) -> str:
+    """The length of a run in its name: `500steps`, or `2Mtok` when a token budget decides it
+    (`${steps:...}` in conf/train.yaml)."""
+    if max_tokens not in (None, "None", "null"):
+        tokens = float(max_tokens)  # type: ignore[arg-type]
+        for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if tokens >= size:
+                return f"{tokens / size:g}{unit}tok"
+        return f"{tokens:g}tok"
+    return f"{max_steps}steps"
+
+
+if not OmegaConf.has_resolver("steps"):
+    OmegaConf.register_new_resolver("steps", _steps_label)

@@ -545,6 +545,9 @@ class Flex(AttentionKernel):
         return flex_causal_attention(q, k, v, self._mask(pos, prepared, layer, decay, cache))
 
 
+_AUTO_SAID: set[tuple[str, str]] = set()
+
+
 class Auto(AttentionKernel):
     """The default: sdpa where it can serve the scheme (the fast path), else blockwise (schemes
     that need the scores). The choice is made, and logged, when the model is built."""
@@ -565,7 +568,10 @@ class Auto(AttentionKernel):
             self.chosen = SDPA(**self.options)
         else:
             self.chosen = Blockwise(self.options["block_size"], self.options["window"])
-        log.info("attention=auto -> %s for %s", self.chosen.name, type(pos).__name__)
+        said = (self.chosen.name, type(pos).__name__)
+        if said not in _AUTO_SAID:  # once per process: a run builds its model more than once
+            _AUTO_SAID.add(said)
+            log.info("attention=auto -> %s for %s", *said)
         self.chosen.check(pos, dropout)
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:

@@ -112,6 +112,9 @@ def hydra_task(owns_folder: bool) -> Callable[[Callable[[Any], Any]], Callable[[
 
 
 def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
+    from poslab.console import quiet_libraries
+
+    quiet_libraries()  # after Hydra set up logging: Lightning once, no library small talk
     folder = run_dir()
     fresh = untouched(folder)  # the folder was made for this run (or holds nothing)
     run_folder.forget_claim()

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from poslab.data.tokens import TokenizedSplit
 from poslab.errors import ConfigError
-from poslab.positions.rope_scaling import RopeScaling
+from poslab.positions.rope_scaling import RopeScaling, resolve_factor
 
 # eval.rope_scaling kinds that change only the rotary frequencies (and the cos/sin factor): they
 # reach an HF model through its rotary module. The others merge score matrices or scale queries
@@ -314,3 +314,37 @@ def start_token(tokenizer: Any) -> int:
         if token_id is not None:
             return int(token_id)
     return 0
+
+
+def models_per_length(
+    hf_model: nn.Module,
+    source: str,
+    options: dict[str, Any] | None,
+    lengths: list[int],
+    context: int,
+    device: torch.device,
+) -> dict[int, PretrainedLM]:
+    """length -> the model as evaluated there: the trained frequencies (checked on the probe
+    first), or those of the eval-time kind at that length (one wrapper per distinct setting; all
+    share the HF model)."""
+    plain = PretrainedLM(hf_model, source, rotary_state(hf_model, source, None, context))
+    check_probe(plain, device)
+    models: dict[int, PretrainedLM] = {}
+    built: dict[str, PretrainedLM] = {}
+    for length in lengths:
+        scaling = None
+        if options is not None:
+            factor = resolve_factor(options["kind"], options.get("factor", "auto"), length, context)
+            scaling = RopeScaling(**{**options, "factor": factor, "train_length": context})
+        if scaling is None or scaling.is_identity():
+            models[length] = plain
+            continue
+        # dynamic_ntk and longrope read the length itself: one setting per length
+        reads_length = scaling.kind in ("dynamic_ntk", "longrope")
+        key = f"{scaling!r}@{length if reads_length else ''}"
+        if key not in built:
+            built[key] = PretrainedLM(
+                hf_model, source, rotary_state(hf_model, source, scaling, length)
+            )
+        models[length] = built[key]
+    return models

@@ -54,6 +54,30 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+RUN_SETTINGS = "run.json"
+
+
+def write_run_settings(folder: Path, cfg: Any) -> None:
+    """<run>/run.json: the resolved settings that tell runs apart (data, scheme, model, L,
+    steps, seed), read by scripts/runs.py (.hydra/config.yaml keeps interpolations)."""
+    settings = {
+        "run_name": cfg.get("run_name"),
+        "data": cfg.data.get("name"),
+        "scheme": cfg.get("pos_name"),
+        "model": cfg.get("model_name"),
+        "seq_len": cfg.data.get("seq_len"),
+        "max_steps": cfg.trainer.get("max_steps"),
+        "max_tokens": cfg.train.get("max_tokens"),
+        "seed": cfg.get("seed"),
+    }
+    tmp = folder / f".{RUN_SETTINGS}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(settings, indent=1) + "\n")
+        os.replace(tmp, folder / RUN_SETTINGS)
+    except OSError:  # a full disk: the listing's loss, never the run's
+        tmp.unlink(missing_ok=True)
+
+
 def write_status(folder: Path, status: str, name: str = STATUS_FILE, **details: Any) -> None:
     """<run>/status.json: running | completed | interrupted | failed, with details (step, error,
     the command that resumes it). Written through a temporary file, so it is never half-written.
@@ -161,6 +185,23 @@ def claim_run_folder(folder: Path) -> None:
     for stale in [*folder.glob(".*.tmp"), *(folder / "checkpoints").glob(".*.tmp")]:
         stale.unlink(missing_ok=True)
     _claimed = folder
+    outputs = next((p for p in folder.absolute().parents if p.name == "outputs"), None)
+    if outputs is not None:
+        point_latest(outputs, folder)
+
+
+def point_latest(outputs: Path, run: Path) -> None:
+    """`outputs/latest` -> the newest run's folder (a relative symlink, replaced atomically);
+    a folder that cannot take it never fails the run."""
+    link = outputs / "latest"
+    tmp = outputs / f".latest.{os.getpid()}.tmp"
+    try:
+        target = os.path.relpath(run.absolute(), outputs.absolute())
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target, target_is_directory=True)
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def untouched(folder: Path) -> bool:
@@ -197,17 +238,3 @@ def forget_claim() -> None:
     """A new job starts (an in-process sweep runs several): it has taken no folder yet."""
     global _claimed
     _claimed = None
-
-
-def pretrained_name(source: str) -> str:
-    """A pretrained model's name in tables: `HuggingFaceTB/SmolLM-135M` -> `SmolLM-135M`, a
-    folder -> its name."""
-    return Path(str(source).rstrip("/")).name or str(source)
-
-
-def pretrained_folder(source: str) -> Path:
-    """Where eval.py hf=SOURCE writes without out_dir: outputs/pretrained/<name>/."""
-    import re
-
-    slug = re.sub(r"[^A-Za-z0-9._]+", "-", pretrained_name(source)).strip("-.") or "model"
-    return Path("outputs") / "pretrained" / slug

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import read_checkpoint
 from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, LearningSpeed, RankFingerprints
+from poslab.console import ConsoleLine, progress_bar_setting
 from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
 from poslab.instantiate import instantiate_checked
 from poslab.lit import LanguageModel
@@ -30,6 +31,7 @@ from poslab.run_folder import (
     read_status,
     resume_command,
     run_dir,
+    write_run_settings,
     write_status,
 )
 from poslab.tracking import (
@@ -321,6 +323,7 @@ def run_training(cfg: DictConfig, after_training: list[Any] | None = None) -> di
         if run.trainer.is_global_zero:
             resumed_from = str(resume.path) if resume else None
             write_status(out, "running", resumed_from=resumed_from, **_status_metrics(metrics))
+            write_run_settings(out, cfg)  # what scripts/runs.py lists the run by
         if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
             trainer, module, datamodule = run.trainer, run.module, run.datamodule
@@ -423,7 +426,15 @@ def _build_trainer(
         default_root_dir=str(out),
         use_distributed_sampler=False,  # poslab.sampling gives each rank its part of each batch
     )
-    callbacks: list[L.Callback] = [best, last]
+    # a bar on a terminal only (`auto`); a line every log_every_n_steps everywhere
+    trainer_cfg["enable_progress_bar"] = progress_bar_setting(
+        trainer_cfg.get("enable_progress_bar")
+    )
+    callbacks: list[L.Callback] = [
+        best,
+        last,
+        ConsoleLine(trainer_cfg.get("log_every_n_steps", 50)),
+    ]
     if "task" in cfg.data:  # steps to learn (and train.stop_at_accuracy): before the checkpoints
         stop_at = cfg.train.get("stop_at_accuracy")
         target = stop_at if stop_at is not None else cfg.eval.get("learned_at", 0.9)

@@ -178,7 +178,11 @@ def score(
     batches = batched(windows, batch_size)
     started = time.perf_counter()
     bar = tqdm(
-        total=len(windows), desc=f"{mode} L={length}", unit="win", disable=not progress, leave=False
+        total=len(windows),
+        desc=f"{mode} L={length}",
+        unit="win",
+        disable=None if progress else True,  # None: on a terminal only
+        leave=False,
     )
     nll_total = torch.zeros((), dtype=torch.float64, device=device)
     for batch in batches:

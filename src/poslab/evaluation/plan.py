@@ -148,16 +148,14 @@ def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool
     """The plan of evaluating a pretrained HF causal LM (eval.py hf=SOURCE): lengths as multiples
     of its trained context, one wrapped model per eval-time frequency setting (they share the HF
     model), checked on a probe before any scoring (pretrained.py)."""
-    from poslab.positions.rope_scaling import RopeScaling, eval_variant_options, resolve_factor
+    from poslab.names import pretrained_name
+    from poslab.positions.rope_scaling import eval_variant_options
     from poslab.pretrained import (
-        PretrainedLM,
-        check_probe,
         check_scaling_kind,
         load_pretrained,
-        rotary_state,
+        models_per_length,
         trained_context,
     )
-    from poslab.run_folder import pretrained_name
 
     eval_cfg = resolved(eval_cfg)
     check_eval_config(eval_cfg)
@@ -184,23 +182,7 @@ def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool
         config["logger"] = {"_target_": "WandbLogger", "project": "poslab", "group": "pretrained"}
     plan = EvalPlan(eval_cfg, config, [], {}, tokenizer=tokenizer, source=source)
     plan.lengths = eval_lengths(eval_cfg, context)
-    plain = PretrainedLM(hf_model, source, rotary_state(hf_model, source, None, context))
-    check_probe(plain, device)
-    built: dict[tuple[str, float], PretrainedLM] = {}
-    for length in plan.lengths:
-        scaling = None
-        if options is not None:
-            factor = resolve_factor(options["kind"], options.get("factor", "auto"), length, context)
-            scaling = RopeScaling(**{**options, "factor": factor, "train_length": context})
-        if scaling is None or scaling.is_identity():
-            plan.models[length] = plain
-            continue
-        key = (repr(scaling), float(length if scaling.kind in ("dynamic_ntk", "longrope") else 0))
-        if key not in built:
-            built[key] = PretrainedLM(
-                hf_model, source, rotary_state(hf_model, source, scaling, length)
-            )
-        plan.models[length] = built[key]
+    plan.models = models_per_length(hf_model, source, options, plan.lengths, context, device)
     plan.model_config = config
     plan.device, plan.precision = device, precision
     return plan

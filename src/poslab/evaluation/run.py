@@ -91,6 +91,7 @@ def evaluate_text(
     eval_cfg = plan.eval_cfg
     log.info("evaluating on %s with precision %s", plan.device, plan.precision)
     split = scored_split(plan, cache, data_path)
+    cap = scored_token_cap(eval_cfg.max_tokens, plan.trained_tokens)
     offset = int(eval_cfg.position_offset)
     unsupported = plan.unsupported_lengths(lambda n: offset + n - 1)
     if len(split.ids) < 2:
@@ -113,6 +114,8 @@ def evaluate_text(
                 "status": "ok",
                 "vocab_size": vocab_size,
                 "variant": variant,
+                "precision": plan.precision,
+                "max_tokens": cap,  # the token cap that chose what was scored (None: none)
             }
             if length in unsupported:
                 rows.append({**row, "status": f"skipped: {unsupported[length]}"})
@@ -249,7 +252,7 @@ def run_pretrained_eval(cfg: DictConfig) -> list[dict]:
     """eval.py hf=MODEL: the same evaluation, files and W&B run as for a poslab checkpoint, in
     out_dir or outputs/pretrained/<name>/ (a new folder when that one holds results)."""
     from poslab.evaluation.plan import plan_pretrained
-    from poslab.run_folder import pretrained_folder
+    from poslab.names import pretrained_folder
 
     if not cfg.data_path:  # before the model is loaded
         raise ConfigError(

@@ -115,7 +115,8 @@ def markdown(rows: list[dict], title: str, row_key: str) -> str:
     """Tables of token perplexity and the tokenizer-independent metric; with row_key="scheme"
     one pair of tables per mode (a comparison), with row_key="mode" one pair (a single run)."""
     r0 = rows[0]
-    parts = [f"## {title}", f"\n{r0['split']} split, trained at L={r0['train_length']}."]
+    scored = scored_note(rows)
+    parts = [f"## {title}", f"\n{r0['split']} split{scored}, trained at L={r0['train_length']}."]
     legend = []
     if any(str(r["status"]).startswith("skipped") for r in rows):
         legend.append("— = a length the scheme cannot represent (skipped)")
@@ -144,6 +145,38 @@ def markdown(rows: list[dict], title: str, row_key: str) -> str:
             markdown_table(sub, other, row_key),
         ]
     return "\n".join(parts)
+
+
+def scored_note(rows: list[dict]) -> str:
+    """What was scored, for a report's first line: tokens (and the cap that chose them),
+    precision, and the sliding stride (empty for rows written before these were recorded, and
+    for tasks, which say their examples in their own tables)."""
+    text = [r for r in rows if r.get("status") == "ok" and "accuracy" not in r and "tokens" in r]
+    if not text:
+        return ""
+    notes = []
+    tokens = sorted({int(r["tokens"]) for r in text})
+    if len(tokens) == 1:
+        notes.append(f"{tokens[0]:,} tokens scored")
+    else:
+        notes.append(f"{tokens[0]:,}–{tokens[-1]:,} tokens scored")
+    caps = {r.get("max_tokens", "unknown") for r in text}
+    if caps != {"unknown"}:
+        capped = sorted(c for c in caps if isinstance(c, int))
+        if capped:
+            notes.append(f"capped at {', '.join(f'{c:,}' for c in capped)} (eval.max_tokens)")
+        if None in caps:
+            notes.append("the whole split" if not capped else "or the whole split")
+    precisions = sorted({str(r["precision"]) for r in text if r.get("precision")})
+    if precisions:
+        notes.append(f"precision {', '.join(precisions)}")
+    sliding = [r for r in text if r.get("mode") == "sliding" and "stride" in r]
+    strides = sorted({int(r["stride"]) for r in sliding})
+    if sliding and all(int(r["stride"]) == max(1, r["length"] // 2) for r in sliding):
+        notes.append("sliding stride L/2")
+    elif strides:
+        notes.append(f"sliding stride {', '.join(map(str, strides))}")
+    return " (" + "; ".join(notes) + ")"
 
 
 def is_task(rows: list[dict]) -> bool:

@@ -1,0 +1,98 @@
+"""Find runs: every training run under a folder (default `outputs/`), newest first, with the
+settings that tell runs apart, where it stands and its final numbers (scripts/runs.py).
+
+A run folder is one with a `status.json` (poslab writes it when a run starts and at every change
+of state) and a `run.json` (its resolved settings, written when it starts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("started", "status", "data", "scheme", "model", "L", "steps", "seed", "val ppl",
+           "ppl @ longest", "folder")  # fmt: skip
+
+
+@dataclass
+class RunSummary:
+    folder: Path
+    started: float  # the folder's creation (modification) time
+    status: dict[str, Any]
+    settings: dict[str, Any]  # run.json (poslab.run_folder.write_run_settings)
+    results: list[dict]
+
+    def cells(self, root: Path) -> list[str]:
+        import time
+
+        settings, status = self.settings, self.status
+        step = status.get("step")
+        steps = settings.get("max_steps")
+        done = f"{step}/{steps}" if step is not None and steps else str(steps or "?")
+        ppl = status.get("val_ppl")
+        accuracy = status.get("val_accuracy")
+        val = f"{ppl:.2f}" if _finite(ppl) else (f"acc {accuracy:.2f}" if _finite(accuracy) else "")
+        try:
+            shown = self.folder.relative_to(root)
+        except ValueError:
+            shown = self.folder
+        return [
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started)),
+            str(status.get("status", "?")),
+            str(settings.get("data", "?")),
+            str(settings.get("scheme", "?")),
+            str(settings.get("model", "?")),
+            str(settings.get("seq_len", "?")),
+            done,
+            str(settings.get("seed", "?")),
+            val,
+            self.longest(),
+            str(shown),
+        ]
+
+    def longest(self) -> str:
+        """The perplexity (or accuracy) at the longest evaluated length, `ppl (16x)`."""
+        ok = [r for r in self.results if r.get("status") == "ok" and r.get("mode") != "sliding"]
+        if not ok:
+            return ""
+        row = max(ok, key=lambda r: r["length"])
+        value = row.get("accuracy", row.get("ppl"))
+        name = "acc " if "accuracy" in row else ""
+        return f"{name}{value:.2f} ({row.get('factor', 0):g}x)" if _finite(value) else ""
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def find_runs(root: Path) -> list[RunSummary]:
+    """Every run folder under `root` (or `root` itself), newest first."""
+    runs = []
+    for status_file in sorted(root.rglob("status.json")):
+        folder = status_file.parent
+        try:
+            status = json.loads(status_file.read_text())
+            settings_file = folder / "run.json"
+            settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
+        except (OSError, ValueError):
+            continue  # being written, or not poslab's
+        results_file = folder / "extrapolation" / "extrapolation.json"
+        try:
+            results = json.loads(results_file.read_text()) if results_file.is_file() else []
+        except (OSError, ValueError):
+            results = []
+        # written once when the command (Hydra) or the run (run.json) starts
+        stamps = [folder / ".hydra" / "overrides.yaml", folder / "run.json", status_file]
+        started = next(p for p in stamps if p.is_file()).stat().st_mtime
+        runs.append(RunSummary(folder, started, status, settings, results))
+    return sorted(runs, key=lambda r: r.started, reverse=True)
+
+
+def runs_table(runs: list[RunSummary], root: Path) -> str:
+    """A Markdown table of `runs`."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
+    lines += ["| " + " | ".join(run.cells(root)) + " |" for run in runs]
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""What a run prints and how runs are found (poslab/console.py, poslab/runs.py): a line per
+log_every_n_steps, Lightning's messages once and without small talk, run names that tell runs
+apart, `outputs/latest`, `scripts/runs.py`, report headers that say what was scored."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+
+from conftest import REPO, compose_train, make_corpus, train_in_process
+
+from poslab.console import progress_bar_setting, quiet_libraries
+from poslab.runs import find_runs, runs_table
+
+
+def test_a_training_run_logs_a_line_every_log_every_n_steps(corpus, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="poslab.training"):
+        train_in_process("rope", corpus, tmp_path / "run", ["trainer.log_every_n_steps=10"])
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert [line.split(" |")[0] for line in lines] == [f"step {n}/40" for n in (10, 20, 30, 40)]
+    pattern = (
+        r"step \d+/40 \| loss \d+\.\d{4} \| lr \d\.\d\de-\d\d \| \d+ ms/step \| [\d.]+k? tok/s"
+    )
+    assert all(re.fullmatch(pattern, line) for line in lines), lines
+
+
+def test_lightning_speaks_once_through_the_root_handler_and_without_small_talk(capsys):
+    import lightning.pytorch  # noqa: F401  (adds its own handler on import)
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stdout)
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        quiet_libraries()
+        rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+        rank_zero.info("GPU available: False, used: False")
+        rank_zero.info("💡 Tip: try installing something")
+        rank_zero.info("TPU available: False, using: 0 TPU cores")
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    out = capsys.readouterr()
+    assert (out.out + out.err).count("GPU available") == 1
+    assert "Tip" not in out.out + out.err and "TPU" not in out.out + out.err
+
+
+def test_a_progress_bar_only_on_a_terminal():
+    assert progress_bar_setting(True) is True and progress_bar_setting(False) is False
+    assert progress_bar_setting("auto") is sys.stderr.isatty()  # pytest's stderr: not a terminal
+
+
+def test_run_names_carry_data_scheme_model_length_steps_and_seed(corpus, tmp_path):
+    cfg = compose_train(
+        ["pos=alibi", "data=passkey", "model=tiny", "trainer.max_steps=300", "seed=7"], tmp_path
+    )
+    assert cfg.run_name == "passkey-alibi-tiny-L64-300steps-s7"
+    cfg = compose_train(["pos=rope", f"data.path={corpus}", "train.max_tokens=2000000"], tmp_path)
+    assert cfg.run_name.endswith("-rope-small-L256-2Mtok-s1234")
+
+
+def test_runs_are_listed_newest_first_with_their_settings_and_numbers(trained_runs):
+    trained_runs["alibi"], trained_runs["rope"]  # noqa: B018 (both trained: alibi first)
+    runs = find_runs(trained_runs["rope"][0].parent)
+    names = {r.folder.name for r in runs}
+    assert {"rope", "alibi"} <= names
+    table = runs_table(runs, trained_runs["rope"][0].parent)
+    row = next(line for line in table.splitlines() if line.endswith("| rope |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "completed" and cells[3] == "rope" and cells[4] == "tiny"
+    assert cells[5] == "16" and cells[6] == "40/40" and cells[7] == "1234"
+    assert float(cells[8]) > 1 and cells[9].endswith("(4x)")
+    started = [r.started for r in runs]
+    assert started == sorted(started, reverse=True)
+
+
+def test_a_run_under_outputs_is_pointed_at_by_outputs_latest_and_listed(tmp_path):
+    corpus = make_corpus(tmp_path / "corpus", n_train=300, n_valid=40)
+    args = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "pos=nope",
+        f"data.path={corpus}",
+        "model=tiny",
+        "data.seq_len=16",
+        "data.batch_size=8",
+        "trainer.max_steps=4",
+        "trainer.val_check_interval=4",
+        "logger=csv",
+        "eval.after_train=false",
+    ]
+    env = {**os.environ, "POSLAB_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run(
+        args, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    latest = tmp_path / "outputs" / "latest"
+    assert latest.is_symlink() and (latest / "status.json").is_file()
+    assert latest.resolve().name.split("_", 1)[1].startswith("wikitext2-nope-tiny-L16-4steps-s1234")
+    # the console when it is a file: no progress bar, no line twice
+    lines = result.stderr.splitlines() + result.stdout.splitlines()
+    assert not any("it/s" in line for line in lines), lines
+    messages = [line.split("] - ", 1)[-1] for line in lines if "] - " in line]
+    assert len(messages) == len(set(messages)), messages
+    listing = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "runs.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listing.returncode == 0, listing.stderr
+    assert "| completed | wikitext2 | nope | tiny | 16 | 4/4 | 1234 |" in listing.stdout
+
+
+def test_a_report_says_what_was_scored(trained_runs):
+    text = (trained_runs["rope"][0] / "extrapolation" / "extrapolation.md").read_text()
+    first = text.splitlines()[2]
+    assert re.search(
+        r"validation split \([\d,]+ tokens scored; capped at 1,500 \(eval\.max_tokens\); "
+        r"precision (32-true|bf16-mixed); sliding stride L/2\)",
+        first,
+    ), first
