@@ -46,10 +46,10 @@ def _scheme_configs() -> dict[str, dict[str, Any]]:
     return scheme_configs(SEQ_LEN)
 
 
-def build_scheme(name: str, n_layer: int = N_LAYER, **options: Any) -> Any:
+def build_scheme(name: str, n_layer: int = N_LAYER, d_model: int = D_MODEL, **options: Any) -> Any:
     """poslab.positions.build_scheme for the test models' sizes, its configs composed once."""
     config = {**copy.deepcopy(_scheme_configs()[name]), **options}
-    return instantiate_checked(config, d_model=D_MODEL, n_head=N_HEAD, n_layer=n_layer)
+    return instantiate_checked(config, d_model=d_model, n_head=N_HEAD, n_layer=n_layer)
 
 
 def tiny_gpt(
@@ -57,6 +57,7 @@ def tiny_gpt(
     kernel: str = "auto",
     seed: int = 0,
     kernel_options: dict[str, Any] | None = None,
+    d_model: int = D_MODEL,
     **scheme_options: Any,
 ) -> GPT:
     """A 2-layer GPT of `scheme` (with `scheme_options` over its YAML) and `kernel`, in eval mode.
@@ -64,10 +65,10 @@ def tiny_gpt(
     Weight matrices are drawn at std 0.2, and every positional parameter at N(0, 1): a
     zero-initialised table would say nothing, and a parameter's initial value may hide what a
     scheme does with positions (a learned threshold at the training length, below which a bias
-    depends on m − n alone)."""
+    depends on m − n alone). `d_model` = 64 gives FlexAttention's smallest head size (16)."""
     torch.manual_seed(seed)
-    pos = build_scheme(scheme, **scheme_options)
-    config = GPTConfig(vocab_size=VOCAB, n_layer=N_LAYER, n_head=N_HEAD, d_model=D_MODEL)
+    pos = build_scheme(scheme, d_model=d_model, **scheme_options)
+    config = GPTConfig(vocab_size=VOCAB, n_layer=N_LAYER, n_head=N_HEAD, d_model=d_model)
     model = GPT(config, pos, build_kernel(kernel, **(kernel_options or {})))
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -1,0 +1,143 @@
+"""The CUDA paths, where CUDA exists (skipped on a CPU): every kernel of conf/attention/ on every
+scheme its `check` accepts gives, on the GPU, the logits and gradients of the same model on the
+CPU (softmax kernels: the CPU's reference kernel, blockwise), in fp32 and under bf16 autocast;
+FlexAttention runs compiled there. Then a real Lightning run on the GPU: precision `auto` picks
+bf16-mixed, the fused AdamW kernel steps with gradient clipping, and the validation loss falls.
+
+Run on a GPU machine with `python -m pytest tests/test_cuda.py tests/test_cuda_current.py`
+(docs/benchmarks-gpu.md says when and where it last ran)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from conftest import TINY, compose_train
+from models import build_kernel, build_scheme, kernel_names, tiny_gpt, tokens
+
+from poslab.errors import ConfigError
+from poslab.positions import scheme_names
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+# FlexAttention's smallest head size is 16: 4 heads of 16
+D_MODEL = 64
+# a length that is not a multiple of FlexAttention's 128-token blocks, and one that is below it
+LENGTHS = (50, 64)
+
+
+def _pairs() -> list[Any]:
+    """(scheme, kernel) for every kernel whose check accepts the scheme, default options."""
+    pairs = []
+    for scheme in scheme_names():
+        pos = build_scheme(scheme, d_model=D_MODEL)
+        for kernel in kernel_names():
+            try:
+                build_kernel(kernel).check(pos, 0.0)
+            except ConfigError:
+                continue
+            pairs.append(pytest.param(scheme, kernel, id=f"{scheme}-{kernel}"))
+    return pairs
+
+
+PAIRS = _pairs()
+
+
+@pytest.fixture(autouse=True)
+def _exact_fp32() -> Any:
+    """fp32 means fp32 on the GPU too (no TF32 matmuls), and room for one compiled FlexAttention
+    per scheme in this one process (a run compiles one)."""
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    dynamo = torch._dynamo.config
+    limit_name = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
+    limit = getattr(dynamo, limit_name)
+    setattr(dynamo, limit_name, 256)
+    yield
+    setattr(dynamo, limit_name, limit)
+    torch.set_float32_matmul_precision(precision)
+
+
+def _forward_backward(model: torch.nn.Module, idx: torch.Tensor, dtype: torch.dtype | None):
+    """Logits (fp32) and every parameter's gradient of a mean-square loss on the logits."""
+    model.zero_grad(set_to_none=True)
+    device_type = idx.device.type
+    with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        logits = model(idx)
+    logits.float().square().mean().backward()
+    grads = {
+        n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None
+    }
+    return logits.detach().float().cpu(), grads
+
+
+@pytest.mark.parametrize(("scheme", "kernel"), PAIRS)
+def test_every_kernel_on_cuda_equals_the_cpu_reference(scheme, kernel):
+    """fp32 on the GPU = the CPU reference to fp32 rounding, forward and backward; bf16 autocast
+    on the GPU stays within bf16's rounding of it (a relative error far below what a wrong
+    position would cause, which the last assertion shows is large)."""
+    model = tiny_gpt(scheme, kernel, d_model=D_MODEL).train()
+    model.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+    softmax = build_kernel(kernel).softmax
+    reference = tiny_gpt(scheme, "blockwise" if softmax else kernel, seed=5, d_model=D_MODEL)
+    reference.load_state_dict(model.state_dict())
+    reference.train()
+    reference.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+    model.cuda()
+    for length in LENGTHS:
+        idx = tokens(2, length)
+        want_logits, want_grads = _forward_backward(reference, idx, None)
+        logits, grads = _forward_backward(model, idx.cuda(), None)
+        torch.testing.assert_close(logits, want_logits, atol=2e-4, rtol=1e-4)
+        assert grads.keys() == want_grads.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, want_grads[name], atol=2e-4, rtol=1e-3, msg=name)
+
+        logits16, grads16 = _forward_backward(model, idx.cuda(), torch.bfloat16)
+        scale = want_logits.std()
+        assert (logits16 - want_logits).abs().max() < 0.1 * scale, "bf16 logits drift"
+        assert all(torch.isfinite(g).all() for g in grads16.values())
+        shuffled = want_logits[:, torch.randperm(length)]
+        assert (shuffled - want_logits).abs().max() > 0.5 * scale  # the bound above means something
+
+
+def test_precision_auto_is_bf16_mixed_on_a_gpu_with_bf16():
+    from poslab.precision import resolve_precision
+
+    want = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    assert resolve_precision("auto", "cuda") == want
+
+
+@pytest.mark.parametrize(
+    ("scheme", "attention", "compiled"),
+    [("alibi", "auto", False), ("t5", "flex", True), ("rope", "sdpa", True)],
+)
+def test_a_real_run_on_cuda_trains_with_fused_adamw_and_clipping(
+    corpus, tmp_path, scheme, attention, compiled
+):
+    """A Lightning run on the GPU at precision auto: bf16-mixed, fused AdamW stepping with
+    gradient clipping at 1.0 (poslab clips itself where Lightning refuses fused optimizers), and
+    the validation loss falls; eval after training runs on the GPU too."""
+    from poslab.training import run_training
+
+    overrides = [
+        f"pos={scheme}",
+        f"attention={attention}",
+        f"trainer.compile={str(compiled).lower()}",
+        f"data.path={corpus}",
+        *TINY,
+        "model.d_model=64",
+        "trainer.precision=auto",
+        "trainer.gradient_clip_val=1.0",
+    ]
+    cfg = compose_train(overrides, tmp_path)
+    metrics = run_training(cfg)
+    assert metrics["best_val_loss"] < metrics["val/loss_initial"]
+    stored = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert stored["hyper_parameters"]["config"]["trainer"]["precision"] == "bf16-mixed"
+    (group, *_) = stored["optimizer_states"][0]["param_groups"]
+    assert group["fused"] is True
+    assert (tmp_path / "extrapolation" / "results.json").is_file() or any(
+        tmp_path.glob("extrapolation*/results.json")
+    )
