@@ -27,7 +27,8 @@ server that has only imported torch and poslab), one per measurement, so that no
 another measurement can hide in it.
 
 The report (machine, command, tables, and each target of the project checked as met/not met)
-is printed and written to `--out` (default docs/benchmarks.md; `--out ''` writes nothing).
+is printed and written to `--out` (default outputs/benchmarks.md; `--out docs/benchmarks.md` for the
+committed page; `--out ''` writes nothing).
 
 A bad option (an unknown model, scheme or kernel, a count below 1, a device this machine lacks, a
 scheme the kernel cannot serve, an --out that cannot be written) ends with one `error: ...` line

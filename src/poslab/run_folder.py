@@ -57,9 +57,10 @@ def in_multirun() -> bool:
 RUN_SETTINGS = "run.json"
 
 
-def write_run_settings(folder: Path, cfg: Any) -> None:
+def write_run_settings(folder: Path, cfg: Any, precision: str | None = None) -> None:
     """<run>/run.json: the resolved settings that tell runs apart (data, scheme, model, L,
-    steps, seed), read by scripts/runs.py (.hydra/config.yaml keeps interpolations)."""
+    steps, seed, and the precision `auto` resolved to), read by scripts/runs.py and
+    compare.py (.hydra/config.yaml keeps interpolations and `auto`)."""
     settings = {
         "run_name": cfg.get("run_name"),
         "data": cfg.data.get("name"),
@@ -69,6 +70,7 @@ def write_run_settings(folder: Path, cfg: Any) -> None:
         "max_steps": cfg.trainer.get("max_steps"),
         "max_tokens": cfg.train.get("max_tokens"),
         "seed": cfg.get("seed"),
+        "precision": precision,
     }
     tmp = folder / f".{RUN_SETTINGS}.{os.getpid()}.tmp"
     try:

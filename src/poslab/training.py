@@ -323,7 +323,8 @@ def run_training(cfg: DictConfig, after_training: list[Any] | None = None) -> di
         if run.trainer.is_global_zero:
             resumed_from = str(resume.path) if resume else None
             write_status(out, "running", resumed_from=resumed_from, **_status_metrics(metrics))
-            write_run_settings(out, cfg)  # what scripts/runs.py lists the run by
+            # what scripts/runs.py lists the run by; compare.py reads the resolved precision
+            write_run_settings(out, cfg, precision=run.config["trainer"]["precision"])
         if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
             trainer, module, datamodule = run.trainer, run.module, run.datamodule

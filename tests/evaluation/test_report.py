@@ -462,3 +462,36 @@ def test_a_run_without_a_config_does_not_stop_the_others_merging(tmp_path):
     merged = {r["scheme"]: r for r in rows if r["length"] == 64}
     assert set(merged) == {"rope", "rope [eval_out]"}
     assert merged["rope"]["seeds"] == "1 2" and merged["rope"]["ppl"] == pytest.approx(11.5)
+
+
+def test_rows_whose_runs_differ_besides_the_scheme_say_how_with_precision_resolved(tmp_path):
+    """alibi trained 150 steps beside rope trained 500 never reads as a like-for-like row: the
+    report's legend table gives every differing setting, `precision=auto` as it resolved."""
+    from poslab.evaluation.compare import compare
+
+    sweep = tmp_path / "sweep"
+    for scheme, steps, precision in (("rope", 500, "32-true"), ("alibi", 150, "bf16-mixed")):
+        run = sweep / f"0_{scheme}"
+        write_run(run, curve(scheme, [10.0, 11.0, 12.0]))
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "config.yaml").write_text(
+            f"seed: 1\npos:\n  _target_: {scheme}\ntrainer:\n  max_steps: {steps}\n"
+            "  precision: auto\ndata:\n  seq_len: 64\n"
+        )
+        (run / "run.json").write_text(json.dumps({"scheme": scheme, "precision": precision}))
+    compare([sweep], tmp_path / "out")
+    report = (tmp_path / "out" / "comparison.md").read_text()
+    table = report.split("### what differs between the rows' runs", 1)[1]
+    assert "`trainer.max_steps` | `trainer.precision`" in table
+    assert "| rope | 500 | 32-true |" in table and "| alibi | 150 | bf16-mixed |" in table
+    assert "data.seq_len" not in table  # what the runs share is not listed
+
+
+def test_rows_whose_runs_agree_besides_the_scheme_get_no_legend_table(tmp_path):
+    from poslab.evaluation.compare import compare
+
+    sweep = tmp_path / "sweep"
+    for scheme in ("rope", "alibi"):
+        write_seeded_run(sweep / f"0_{scheme}", curve(scheme, [10.0, 11.0, 12.0]), seed=1)
+    compare([sweep], tmp_path / "out")
+    assert "what differs" not in (tmp_path / "out" / "comparison.md").read_text()

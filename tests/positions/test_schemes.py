@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 
 import pytest
 import torch
-from conftest import CONF, REPO
+from conftest import CONF
 from models import tiny_gpt
 
 from poslab.build import scheme_with_overrides
@@ -189,19 +188,6 @@ def test_checkpoints_of_the_first_edition_still_load(trained_runs, name, tmp_pat
     new, _ = load_checkpoint(trained_runs[name][0] / "checkpoints" / "best.ckpt")
     idx = torch.randint(0, new.config.vocab_size, (1, 20))
     torch.testing.assert_close(model(idx), new(idx))  # old saved θ / slopes are not used
-
-
-def test_the_readme_table_names_only_schemes_that_exist():
-    """Every row of the README's scheme table is a scheme of conf/pos/; a scheme without a row
-    is a warning, not a failure (a new scheme is one module and one YAML file; its row in the
-    README is documentation to add, not a condition for the suite to pass)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Positional schemes", 1)[1].split("\n## ", 1)[0]
-    rows = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
-    rows.discard("pos=")  # the header
-    assert rows <= set(scheme_names()), rows - set(scheme_names())
-    if missing := set(scheme_names()) - rows:
-        warnings.warn(f"README.md's scheme table has no row for {sorted(missing)}", stacklevel=1)
 
 
 def test_overrides_of_inherited_options_and_of_zero_initialised_tables():

@@ -32,7 +32,8 @@
   pairs in each bucket at L and at `factor`× L (distance d occurs for T − d of T(T+1)/2
   pairs): every distance ≥ ``pos.max_distance`` shares the last bucket.
 
-Each analysis writes NAME.png and NAME.csv to the output folder (default docs/results/analysis).
+Each analysis writes NAME.png and NAME.csv to the output folder (default outputs/analysis;
+`--out docs/results/analysis` for the committed set).
 With ``--from-csv`` it only draws NAME.png again from the NAME.csv already in the output folder
 (no computation and no checkpoints: the committed figures redrawn with the current plotting
 code; an attention.csv without a split column is titled with --split).
@@ -60,7 +61,8 @@ from poslab.positions.rope_theta import theta_figure
 ANALYSES = ("decay", "wavelength", "sinusoidal", "collisions", "attention", "theta", "t5", "all")
 WITH_CHECKPOINTS = ("attention", "theta", "t5")
 WITHOUT_CHECKPOINTS = ("decay", "wavelength", "sinusoidal", "collisions")  # what `all` runs
-DEFAULT_OUT = Path("docs/results/analysis")
+# committing figures is an explicit --out docs/results/analysis; by default the tree stays clean
+DEFAULT_OUT = Path("outputs/analysis")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -160,12 +160,15 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
                     labels[i], seeds[i] = folders[i], None
                 break
     configurations: dict[str, list[tuple[Any, list[dict]]]] = {}
+    run_of: dict[str, Path] = {}  # a configuration's first run: where its settings are read
     for i, (label, seed, rows) in enumerate(zip(labels, seeds, rows_of, strict=True)):
         if rows:
             name = f"{rows[0]['scheme']} [{label}]" if label else rows[0]["scheme"]
             if seed is None:  # a run of its own: its seed still pairs it with other schemes
                 seed = (run_options(runs[i]) or {}).get("seed")
             configurations.setdefault((name, rows[0].get("task")), []).append((seed, rows))
+            run_of.setdefault(name, runs[i])
+    settings = differing_settings(run_of)
     from poslab.evaluation.seeds import merge_seeds, per_seed_values
 
     merged = []
@@ -180,7 +183,56 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
             # a results file of several schemes (a comparison.json read back) keeps their names
             scheme = name if name != rows[0]["scheme"] else r["scheme"]
             merged.append({**r, "scheme": scheme, **({"per_seed": per_seed} if per_seed else {})})
+    for row in merged:
+        if settings.get(row["scheme"]):
+            row["settings"] = settings[row["scheme"]]
     return merged
+
+
+# training settings that differ between schemes by design (each scheme's own options), or that
+# only name things: not listed as "what differs between rows"
+SCHEME_KEYS = ("pos.", "pos_name", "model_name", "seed")
+
+
+def differing_settings(run_of: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """row label -> the training settings (besides the scheme's own options and the seed) in
+    which the rows' runs differ, `precision=auto` resolved from the run's run.json: rows that
+    trained 150 steps never pass for rows of 500 steps. Empty when the runs agree."""
+    options = {}
+    for name, run in run_of.items():
+        opts = run_options(run)
+        if opts is None:
+            continue
+        if opts.get("trainer.precision") == "auto":
+            try:
+                resolved = json.loads((run / "run.json").read_text()).get("precision")
+            except (OSError, ValueError):
+                resolved = None
+            opts = {**opts, "trainer.precision": resolved or "auto"}
+        options[name] = {k: v for k, v in opts.items() if not k.startswith(SCHEME_KEYS)}
+    if len(options) < 2:
+        return {}
+    keys = sorted({k for o in options.values() for k in o})
+    filled = {n: {k: o.get(k, ADDED_LATER.get(k)) for k in keys} for n, o in options.items()}
+    differ = [k for k in keys if len({repr(o[k]) for o in filled.values()}) > 1]
+    return {n: {k: o[k] for k in differ} for n, o in filled.items()} if differ else {}
+
+
+def settings_table(rows: list[dict]) -> str:
+    """A Markdown table of what differs between the rows' runs besides the scheme (empty when
+    nothing does): the legend of the labels, which stay short."""
+    by_row = {r["scheme"]: r["settings"] for r in rows if r.get("settings")}
+    if not by_row:
+        return ""
+    keys = list(dict.fromkeys(k for s in by_row.values() for k in s))
+    lines = [
+        "\n\n### what differs between the rows' runs (besides the scheme and the seed)\n",
+        "| row | " + " | ".join(f"`{k}`" for k in keys) + " |",
+        "|---|" + "---|" * len(keys),
+    ]
+    for name, values in by_row.items():
+        lines.append(f"| {name} | " + " | ".join(str(values.get(k, "—")) for k in keys) + " |")
+    return "\n".join(lines)
 
 
 # the fields every row needs; the report (tables, plots, shape checks) needs REPORT_FIELDS too
@@ -610,6 +662,7 @@ def compare(
     if baseline is not None:
         for mode in dict.fromkeys(r["mode"] for r in rows):
             text += differences(rows, baseline, mode)
+    text += settings_table(rows)
     # loss by position: each scheme at its longest evaluated length, first mode only
     write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows))
     print(text, flush=True)
@@ -618,9 +671,14 @@ def compare(
 
 
 def default_out(paths: list[str]) -> Path:
-    """<first path>/comparison (for a file: next to it)."""
+    """<first path>/comparison (for a file: next to it), except for a committed study under a
+    `docs/` folder: outputs/comparison/<its name>, so that a comparison never changes committed
+    files unless --out names them."""
     first = Path(paths[0])
-    return (first.parent if first.is_file() else first) / "comparison"
+    folder = (first.parent if first.is_file() else first).absolute()
+    if "docs" in folder.parts:
+        return Path("outputs") / "comparison" / folder.name
+    return folder / "comparison"
 
 
 @exit_on_config_error
