@@ -28,6 +28,17 @@ note() { echo "[$(($(clock) - began))s] $*"; }
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
+# the imports first, under a short limit: on one machine an import hung until the whole call's
+# limit ran out and nothing came back (run this script's first minute as a call of its own)
+note "imports"
+if ! timeout "${IMPORT_LIMIT:-90}" python -X importtime -c \
+  "import torch, lightning, hydra, datasets, poslab.training; assert torch.cuda.is_available()" \
+  2>"$OUT/imports.log"; then
+  tail -n 5 "$OUT/imports.log"
+  note "the imports failed or hung: stopping"
+  exit 1
+fi
+
 # 1 and 2 share the GPU (tokens/s of the quick starts are therefore not a speed measurement:
 # the benchmark below is)
 note "tests + quick starts"
@@ -74,6 +85,6 @@ for attention in sdpa flex; do
 done
 tail -n 3 "$OUT"/bench*.log
 # the reports stay files of their own; the logs travel as one archive
-tar -czf "$OUT/logs.tar.gz" -C "$OUT" --remove-files tests.log quick_starts.txt bench.log \
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" --remove-files imports.log tests.log quick_starts.txt bench.log \
   bench-compile-sdpa.log bench-compile-flex.log
 note "done"

@@ -125,3 +125,21 @@ def test_a_report_says_what_was_scored(trained_runs):
         r"precision (32-true|bf16-mixed); sliding stride L/2\)",
         first,
     ), first
+
+
+def test_a_cap_larger_than_the_split_reads_as_the_whole_split(trained_runs, tmp_path):
+    """eval.max_tokens above the split's size cut nothing: the report says the whole split was
+    scored, not that it was capped."""
+    from conftest import eval_cfg
+
+    from poslab.evaluation.run import evaluate_checkpoint
+
+    run = trained_runs["rope"][0]
+    rows = evaluate_checkpoint(
+        str(run / "checkpoints" / "best.ckpt"),
+        eval_cfg(max_tokens=10**9, factors=[1], modes=["nonoverlapping"]),
+        out_dir=str(tmp_path),
+    )
+    assert all(r["max_tokens"] is None for r in rows)
+    first = (tmp_path / "extrapolation" / "extrapolation.md").read_text().splitlines()[2]
+    assert "the whole split" in first and "capped" not in first, first

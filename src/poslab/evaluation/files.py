@@ -379,7 +379,7 @@ def report_rows(
             with contextlib.suppress(OSError):
                 out.rmdir()
         raise
-    print(markdown(rows, title, "mode"), flush=True)
+    print(markdown(rows, title, "mode", brief=True), flush=True)
     print(f"\nwrote {', '.join(str(p) for p in paths.values())}", flush=True)
     if wandb_run is not None and eval_cfg.log_wandb:
         log_to_wandb(wandb_run, rows, paths)

@@ -90,8 +90,7 @@ def evaluate_text(
     """The rows of a text checkpoint: perplexity per mode and length over the corpus split."""
     eval_cfg = plan.eval_cfg
     log.info("evaluating on %s with precision %s", plan.device, plan.precision)
-    split = scored_split(plan, cache, data_path)
-    cap = scored_token_cap(eval_cfg.max_tokens, plan.trained_tokens)
+    split, cap = scored_split(plan, cache, data_path)
     offset = int(eval_cfg.position_offset)
     unsupported = plan.unsupported_lengths(lambda n: offset + n - 1)
     if len(split.ids) < 2:
@@ -115,7 +114,7 @@ def evaluate_text(
                 "vocab_size": vocab_size,
                 "variant": variant,
                 "precision": plan.precision,
-                "max_tokens": cap,  # the token cap that chose what was scored (None: none)
+                "max_tokens": cap,  # the token cap that cut the split (None: the whole split)
             }
             if length in unsupported:
                 rows.append({**row, "status": f"skipped: {unsupported[length]}"})
@@ -129,9 +128,12 @@ def model_vocab_size(model: Any) -> int:
     return int(model.lm_head.weight.shape[0])
 
 
-def scored_split(plan: EvalPlan, cache: TokenCache | None, data_path: str | None) -> TokenizedSplit:
+def scored_split(
+    plan: EvalPlan, cache: TokenCache | None, data_path: str | None
+) -> tuple[TokenizedSplit, int | None]:
     """The tokens the evaluation scores: eval.split of the run's corpus (or of `data_path`),
-    capped by eval.max_tokens, from the first line start on."""
+    capped by eval.max_tokens, from the first line start on; and the cap where it cut the split
+    (None where the whole split was scored)."""
     eval_cfg = plan.eval_cfg
     if plan.tokenizer is not None:
         return pretrained_split(plan, data_path)
@@ -147,7 +149,9 @@ def scored_split(plan: EvalPlan, cache: TokenCache | None, data_path: str | None
         )
     split = cache.split(eval_cfg.split)
     cap = scored_token_cap(eval_cfg.max_tokens, plan.trained_tokens)
-    if cap is not None and cap < len(split):
+    if cap is not None and cap >= len(split):
+        cap = None  # the cap cut nothing
+    if cap is not None:
         whole = len(split)
         split = split.head(cap)
         if eval_cfg.max_tokens == "auto":
@@ -157,11 +161,12 @@ def scored_split(plan: EvalPlan, cache: TokenCache | None, data_path: str | None
                 "eval.max_tokens=null scores the whole split",
                 flush=True,
             )
-    return split.after_line_end(cache.tokenizer().token_to_id(EOS))
+    return split.after_line_end(cache.tokenizer().token_to_id(EOS)), cap
 
 
-def pretrained_split(plan: EvalPlan, data_path: str | None) -> TokenizedSplit:
-    """eval.split of the corpus at `data_path`, tokenized by the pretrained model's tokenizer."""
+def pretrained_split(plan: EvalPlan, data_path: str | None) -> tuple[TokenizedSplit, int | None]:
+    """eval.split of the corpus at `data_path`, tokenized by the pretrained model's tokenizer,
+    and the eval.max_tokens cap where it cut the split."""
     import os
 
     from poslab.data.corpus import load_corpus
@@ -181,7 +186,9 @@ def pretrained_split(plan: EvalPlan, data_path: str | None) -> TokenizedSplit:
     cap = scored_token_cap(eval_cfg.max_tokens, None)
     if cap is not None and cap < len(split):
         split = split.head(cap)
-    return split.after_line_end(start_token(plan.tokenizer))
+    else:
+        cap = None
+    return split.after_line_end(start_token(plan.tokenizer)), cap
 
 
 def score_row(plan: EvalPlan, split: TokenizedSplit, row: dict) -> dict:

@@ -111,9 +111,11 @@ def markdown_table(rows: list[dict], value: str = "ppl", row_key: str = "scheme"
     return "\n".join(lines)
 
 
-def markdown(rows: list[dict], title: str, row_key: str) -> str:
+def markdown(rows: list[dict], title: str, row_key: str, brief: bool = False) -> str:
     """Tables of token perplexity and the tokenizer-independent metric; with row_key="scheme"
-    one pair of tables per mode (a comparison), with row_key="mode" one pair (a single run)."""
+    one pair of tables per mode (a comparison), with row_key="mode" one pair (a single run).
+    `brief` (the console): the second table only where it says something else (word-level
+    perplexity of a word-level vocabulary is the token perplexity)."""
     r0 = rows[0]
     scored = scored_note(rows)
     parts = [f"## {title}", f"\n{r0['split']} split{scored}, trained at L={r0['train_length']}."]
@@ -138,9 +140,11 @@ def markdown(rows: list[dict], title: str, row_key: str) -> str:
             parts += task_tables(sub, name, row_key)
             continue
         other = metric_name(sub)
+        parts += [f"\n### token perplexity ({name})\n", markdown_table(sub, "ppl", row_key)]
+        if brief and all(r.get(other) == r.get("ppl") for r in sub):
+            parts[-2] = f"\n### token perplexity = {other.replace('_', ' ')} ({name})\n"
+            continue
         parts += [
-            f"\n### token perplexity ({name})\n",
-            markdown_table(sub, "ppl", row_key),
             f"\n### {other.replace('_', ' ')} ({name})\n",
             markdown_table(sub, other, row_key),
         ]
