@@ -74,6 +74,7 @@ def test_runs_are_listed_newest_first_with_their_settings_and_numbers(trained_ru
     assert cells[1] == "completed" and cells[3] == "rope" and cells[4] == "tiny"
     assert cells[5] == "16" and cells[6] == "40/40" and cells[7] == "1234"
     assert float(cells[8]) > 1 and cells[9].endswith("(4x)")
+    assert int(cells[10]) >= 1  # its evaluations: after training, and any eval.py of it since
     started = [r.started for r in runs]
     assert started == sorted(started, reverse=True)
 
@@ -143,3 +144,16 @@ def test_a_cap_larger_than_the_split_reads_as_the_whole_split(trained_runs, tmp_
     assert all(r["max_tokens"] is None for r in rows)
     first = (tmp_path / "extrapolation" / "extrapolation.md").read_text().splitlines()[2]
     assert "the whole split" in first and "capped" not in first, first
+
+
+def test_the_listing_counts_every_evaluation_of_a_run(tmp_path):
+    """eval.py never overwrites: a re-evaluation is a folder of its own, and the listing counts
+    the run's evaluation folders."""
+    run = tmp_path / "run"
+    for name in ("extrapolation", "extrapolation-2026-11-26_10-00-00-yarn"):
+        (run / name).mkdir(parents=True)
+        (run / name / "extrapolation.json").write_text("[]")
+    (run / "status.json").write_text('{"status": "completed"}')
+    (runs,) = find_runs(tmp_path)
+    assert runs.evaluations == ["extrapolation", "extrapolation-2026-11-26_10-00-00-yarn"]
+    assert runs.cells(tmp_path)[10] == "2"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ("started", "status", "data", "scheme", "model", "L", "steps", "seed", "val ppl",
-           "ppl @ longest", "folder")  # fmt: skip
+           "ppl @ longest", "evals", "folder")  # fmt: skip
 
 
 @dataclass
@@ -24,6 +24,7 @@ class RunSummary:
     status: dict[str, Any]
     settings: dict[str, Any]  # run.json (poslab.run_folder.write_run_settings)
     results: list[dict]
+    evaluations: list[str]  # the run's evaluation folders: extrapolation/, then eval.py's
 
     def cells(self, root: Path) -> list[str]:
         import time
@@ -50,6 +51,7 @@ class RunSummary:
             str(settings.get("seed", "?")),
             val,
             self.longest(),
+            str(len(self.evaluations)),
             str(shown),
         ]
 
@@ -87,7 +89,11 @@ def find_runs(root: Path) -> list[RunSummary]:
         # written once when the command (Hydra) or the run (run.json) starts
         stamps = [folder / ".hydra" / "overrides.yaml", folder / "run.json", status_file]
         started = next(p for p in stamps if p.is_file()).stat().st_mtime
-        runs.append(RunSummary(folder, started, status, settings, results))
+        # eval.py never overwrites: each re-evaluation is a folder extrapolation-<time>[-<variant>]
+        evaluations = sorted(
+            p.parent.name for p in folder.glob("extrapolation*/extrapolation.json")
+        )
+        runs.append(RunSummary(folder, started, status, settings, results, evaluations))
     return sorted(runs, key=lambda r: r.started, reverse=True)
 
 
