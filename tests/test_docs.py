@@ -107,3 +107,22 @@ def test_the_readme_test_command_is_the_one_ci_runs():
     command = re.search(r"^(python -m pytest -m \"not slow\".*)$", readme, flags=re.M)
     assert command, "README.md gives no test command"
     assert command.group(1) in (REPO / ".ci" / "run").read_text()
+
+
+def test_no_script_writes_into_the_committed_tree_unless_told_to(tmp_path):
+    """A newcomer's `git status` stays clean: the analysis figures, the benchmark page and a
+    comparison of a committed study go under outputs/ unless --out names a committed folder."""
+    import sys
+
+    from poslab.analysis import DEFAULT_OUT
+    from poslab.evaluation.compare import default_out
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench.configs import DEFAULT_OUT as BENCH_OUT
+
+    assert DEFAULT_OUT.parts[0] == "outputs"
+    assert BENCH_OUT.relative_to(REPO).parts[0] == "outputs"
+    committed = str(REPO / "docs" / "results" / "headline_cpu" / "comparison.json")
+    assert default_out([committed]) == Path("outputs") / "comparison" / "headline_cpu"
+    sweep = tmp_path / "outputs" / "multirun" / "sweep"
+    assert default_out([str(sweep)]) == sweep / "comparison"  # a sweep's own comparison

@@ -671,12 +671,13 @@ def compare(
 
 
 def default_out(paths: list[str]) -> Path:
-    """<first path>/comparison (for a file: next to it), except for a committed study under a
-    `docs/` folder: outputs/comparison/<its name>, so that a comparison never changes committed
+    """<first path>/comparison (for a file: next to it), except for a committed study (under
+    docs/results/): outputs/comparison/<its name>, so that a comparison never changes committed
     files unless --out names them."""
     first = Path(paths[0])
     folder = (first.parent if first.is_file() else first).absolute()
-    if "docs" in folder.parts:
+    parts = folder.parts
+    if any(parts[i : i + 2] == ("docs", "results") for i in range(len(parts) - 1)):
         return Path("outputs") / "comparison" / folder.name
     return folder / "comparison"
 
