@@ -1,6 +1,7 @@
-"""A new positional scheme is one module and one YAML file: added to a copy of the repository,
-it is picked up by every scheme-parametrised test of that copy, and it trains with train.py,
-without a line changed anywhere else."""
+"""A new positional scheme is one module, one YAML file and its row in docs/options.md (which
+tests/test_docs.py holds to conf/pos/): added to a copy of the repository, it is picked up by
+every scheme-parametrised test of that copy, and it trains with train.py, without a line of any
+test changed."""
 
 from __future__ import annotations
 
@@ -91,7 +92,24 @@ def repo_with_scheme(tmp_path_factory: pytest.TempPathFactory) -> Path:
     positions = root / "src" / "poslab" / "positions"
     (positions / f"{NAME}.py").write_text(MODULE)
     (root / "src" / "poslab" / "conf" / "pos" / f"{NAME}.yaml").write_text(CONFIG)
+    add_documentation(root / "docs" / "options.md")
     return root
+
+
+def add_documentation(options: Path) -> None:
+    """The scheme's row in the scheme table, and its name in the `pos` group's list."""
+    lines = options.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| `nope` |"):
+            lines.insert(
+                i + 1, f"| `{NAME}` | ALiBi's penalty starting `shift` back | `shift` (2) |"
+            )
+            break
+    for i, line in enumerate(lines):
+        if line.startswith("| `pos` |"):
+            lines[i] = line.replace("`nope ", f"`nope {NAME} ", 1)
+            break
+    options.write_text("\n".join(lines) + "\n")
 
 
 def test_the_new_scheme_is_listed_and_built(repo_with_scheme):
