@@ -170,7 +170,10 @@ def test_a_refused_command_never_writes_to_the_run_it_names(corpus, tmp_path):
 @pytest.mark.slow
 def test_a_second_process_on_a_run_folder_is_refused_with_the_holders_pid(corpus, tmp_path):
     folder = tmp_path / "run"
-    proc = start_and_wait_for_checkpoint(train_argv(corpus, folder), folder)
+    # a holder that is still training when the second process looks (60 steps of the tiny
+    # model can end before a second Python has imported torch); killed below
+    long_run = train_argv(corpus, folder, "trainer.max_steps=100000")
+    proc = start_and_wait_for_checkpoint(long_run, folder)
     try:
         before = {k: v for k, v in folder_digest(folder).items() if k.startswith(".hydra")}
         result = subprocess.run(
@@ -187,9 +190,15 @@ def test_a_second_process_on_a_run_folder_is_refused_with_the_holders_pid(corpus
     finally:
         proc.kill()
         proc.wait()
-    # the killed holder's lock went with it: the run resumes
+    # the killed holder's lock went with it: the run resumes, for 5 steps past its checkpoint
+    step = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)["global_step"]
     result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), f"resume={folder}"],
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            f"resume={folder}",
+            f"trainer.max_steps={step + 5}",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -385,12 +394,11 @@ def test_train_py_multirun_each_job_its_own_offline_wandb_run(corpus, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted(sweep.glob("*/wandb/offline-run-*"))
-    assert [r.parts[-3].split("_")[1] for r in runs] == ["rope-tiny-L16", "alibi-tiny-L16"]
+    # job folders and W&B runs are named by data, scheme, model, L, steps and seed
+    jobs = ["0_wikitext2-rope-tiny-L16-10steps-s1234", "1_wikitext2-alibi-tiny-L16-10steps-s1234"]
+    assert [r.parts[-3] for r in runs] == jobs
     assert len({r.name.rsplit("-", 1)[1] for r in runs}) == 2  # distinct run ids
-    assert all(
-        (sweep / j / "checkpoints" / "best.ckpt").is_file()
-        for j in ("0_rope-tiny-L16", "1_alibi-tiny-L16")
-    )
+    assert all((sweep / j / "checkpoints" / "best.ckpt").is_file() for j in jobs)
     table = (sweep / "comparison" / "comparison.md").read_text()
     assert "| rope |" in table and "| alibi |" in table
 

@@ -170,14 +170,15 @@ def test_sigterm_to_a_sweep_names_the_jobs_that_did_not_run_and_resumes_them(cor
         "logger=csv",
         f"hydra.sweep.dir={sweep}",
     ]
-    first = sweep / "0_rope-tiny-L16"
+    job = "{}_wikitext2-{}-tiny-L16-60steps-s1234".format  # the job folders' names
+    first = sweep / job(0, "rope")
     proc = start_and_wait_for_checkpoint(cmd, first, cwd=tmp_path)
     lines = stop_with(proc, signal.SIGTERM)
     assert lines[-2].startswith("stopped by SIGTERM at step ")
     assert "jobs 1–2 of 0–2 did not run" in lines[-1], lines[-1]
     command = lines[-1].split("resume it with: ", 1)[1]
     assert status_of(sweep)["jobs_not_run"] == [1, 2]
-    assert not (sweep / "1_alibi-tiny-L16").exists()
+    assert not (sweep / job(1, "alibi")).exists()
 
     args = shlex.split(command)
     assert args[0] == "python"
@@ -185,9 +186,9 @@ def test_sigterm_to_a_sweep_names_the_jobs_that_did_not_run_and_resumes_them(cor
         [sys.executable, *args[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    for job in ("0_rope-tiny-L16", "1_alibi-tiny-L16", "2_nope-tiny-L16"):
-        assert status_of(sweep / job)["status"] == "completed", job
-        assert status_of(sweep / job)["step"] == 60
+    for folder in (job(0, "rope"), job(1, "alibi"), job(2, "nope")):
+        assert status_of(sweep / folder)["status"] == "completed", folder
+        assert status_of(sweep / folder)["step"] == 60
 
 
 @pytest.mark.slow
