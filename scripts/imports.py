@@ -58,7 +58,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.training",
         ),
     ),
-    ("evaluation", ("poslab.evaluation", "poslab.pretrained")),
+    ("evaluation", ("poslab.evaluation", "poslab.pretrained", "poslab.pretrained_attention")),
     ("analysis and the commands", ("poslab.analysis", "poslab.apps", "poslab.export")),
 ]
 

@@ -231,16 +231,16 @@ EVAL_BAD = [
     eval_case("hf={hf_no_weights}", "data_path={corpus}", expected="could not load its weights"),
     eval_case("hf={hf_llama}", "data_path={corpus}", "hf_context=0", expected="hf_context=0"),
     eval_case(
-        "hf={hf_llama}",
+        "hf={hf_gpt2}",
         "data_path={corpus}",
         "eval.rope_scaling.kind=rerope",
-        expected="eval.rope_scaling.kind=rerope merges score matrices",
+        expected=("kind=rerope: hf=", "no rotary embedding module", "works on rotary models"),
     ),
     eval_case(
-        "hf={hf_llama}",
+        "hf={hf_gpt2}",
         "data_path={corpus}",
         "eval.logn_scaling=true",
-        expected="eval.logn_scaling=true scales queries",
+        expected=("eval.logn_scaling=true: hf=", "set eval.logn_scaling=false"),
     ),
     eval_case(
         "hf={hf_gpt2}",

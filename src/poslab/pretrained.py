@@ -8,15 +8,22 @@ poslab's own models, so a long window never materialises (tokens × vocab) logit
 time checks that this path gives the model's own loss (an output bias, a logit cap or scale would
 not): a model it does not reproduce is refused, never scored wrong.
 
-Eval-time RoPE extension (eval.rope_scaling) reaches the model through its rotary embedding
-module (`inv_freq` and `attention_scaling`, one per model in Llama, Qwen2, Mistral, GPT-NeoX, …):
-the frequencies are poslab's own (positions/rope_scaling.py), the same numbers a poslab checkpoint
-gets, and equal to HF's `rope_parameters` of the same kind (tests/test_pretrained.py).
+Eval-time RoPE extension (eval.rope_scaling) reaches the model in one of two ways:
+
+* the kinds that change only the frequencies (FREQUENCY_KINDS) through its rotary embedding
+  module (`inv_freq` and `attention_scaling`, one per model in Llama, Qwen2, Mistral, GPT-NeoX,
+  …): the frequencies are poslab's own (positions/rope_scaling.py), the same numbers a poslab
+  checkpoint gets, and equal to HF's `rope_parameters` of the same kind (tests/test_pretrained.py);
+* rerope, selfextend, lminfinite and eval.logn_scaling, which change attention itself, through an
+  attention hook (pretrained_attention.py) that runs poslab's rotary scheme and kernel inside the
+  model's layers; a probe checks that the hook reproduces the model before it is used.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +34,13 @@ from torch import Tensor, nn
 
 from poslab.data.tokens import TokenizedSplit
 from poslab.errors import ConfigError
+from poslab.positions.rope import Rotary
 from poslab.positions.rope_scaling import RopeScaling, resolve_factor
+from poslab.pretrained_attention import SERVED, hook_scheme, hooked, needs_hook
 
 # eval.rope_scaling kinds that change only the rotary frequencies (and the cos/sin factor): they
-# reach an HF model through its rotary module. The others merge score matrices or scale queries
-# inside poslab's attention kernels, which an HF model does not run.
+# reach an HF model through its rotary module. The others (and log-n) change attention itself and
+# reach it through the attention hook (pretrained_attention.py).
 FREQUENCY_KINDS = ("pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope")
 PROBE_TOKENS = 24
 
@@ -70,7 +79,18 @@ def load_pretrained(source: str, device: torch.device, precision: str) -> tuple[
         )
     dtype = torch.bfloat16 if device.type == "cuda" and precision == "bf16-mixed" else torch.float32
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        # sdpa: fused kernels whose memory grows linearly with the length, where eager attention
+        # stores every (heads × T × T) weight and a long evaluation would not fit. The attention
+        # hook replaces it only within the forwards that ask for it.
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, attn_implementation="sdpa"
+        )
+    except (ValueError, ImportError):
+        # a model without an sdpa path: HF's default (eager for it); any other cause fails again
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        except Exception as err:
+            raise _load_failed(source, "weights", err) from None
     except Exception as err:
         raise _load_failed(source, "weights", err) from None
     try:
@@ -147,14 +167,22 @@ class RotaryState:
 
 class PretrainedLM(nn.Module):
     """An HF causal LM, seen by the scorer as a poslab GPT (see module doc). Several instances
-    (one per eval-time frequency setting) share one HF model; each puts its frequencies in
-    before its forward."""
+    (one per eval-time setting) share one HF model; each puts its frequencies in for its
+    forward, and `scheme` (the attention hook's, None: the model's own attention) is used
+    within it."""
 
-    def __init__(self, hf_model: nn.Module, source: str, rotary: RotaryState | None) -> None:
+    def __init__(
+        self,
+        hf_model: nn.Module,
+        source: str,
+        rotary: RotaryState | None,
+        scheme: Rotary | None = None,
+    ) -> None:
         super().__init__()
         self.hf = hf_model
         self.source = source
         self.rotary = rotary
+        self.scheme = scheme
         self.lm_head = hf_model.get_output_embeddings()
         self.pos = PretrainedPositions(position_table(hf_model), source)
         self.config = hf_model.config  # .vocab_size, as a GPTConfig has
@@ -167,19 +195,32 @@ class PretrainedLM(nn.Module):
         """(B, T) token ids and (T,) or (B, T) positions -> the final normalised states."""
         if positions is None:
             positions = torch.arange(idx.shape[1], device=idx.device)
+        given = positions  # (T,) shared by the batch: the hook prepares them once, unexpanded
         if positions.dim() == 1:
             positions = positions.expand(idx.shape[0], -1)
-        if self.rotary is not None:
-            for module, inv_freq, factor in zip(
-                rotary_modules(self.hf),
-                self.rotary.inv_freq,
-                self.rotary.attention_scaling,
-                strict=True,
-            ):
-                module.inv_freq = inv_freq.to(module.inv_freq.device)
-                module.attention_scaling = factor
-        out = self.hf.base_model(input_ids=idx, position_ids=positions, use_cache=False)
+        with self._frequencies(), hooked(self.hf, self.scheme, given):
+            out = self.hf.base_model(input_ids=idx, position_ids=positions, use_cache=False)
         return out.last_hidden_state
+
+    @contextmanager
+    def _frequencies(self) -> Iterator[None]:
+        """This wrapper's frequencies in the model's rotary modules for one forward; the ones
+        found there come back after it (the hook's identity rotation never outlives it)."""
+        if self.rotary is None:
+            yield
+            return
+        modules = rotary_modules(self.hf)
+        found = [(m.inv_freq, getattr(m, "attention_scaling", 1.0)) for m in modules]
+        for module, inv_freq, factor in zip(
+            modules, self.rotary.inv_freq, self.rotary.attention_scaling, strict=True
+        ):
+            module.inv_freq = inv_freq.to(module.inv_freq.device)
+            module.attention_scaling = factor
+        try:
+            yield
+        finally:
+            for module, (inv_freq, factor) in zip(modules, found, strict=True):
+                module.inv_freq, module.attention_scaling = inv_freq, factor
 
     def forward(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
         return self.lm_head(self.hidden_states(idx, positions))
@@ -190,22 +231,11 @@ def rotary_state(
 ) -> RotaryState:
     """The frequencies of every rotary module at `length` under `scaling` (None: as trained)."""
     modules = rotary_modules(hf_model)
-    original = [getattr(m, "original_inv_freq", m.inv_freq).detach().float() for m in modules]
+    original = [_trained_inv_freq(m) for m in modules]
     trained = [float(getattr(m, "attention_scaling", 1.0)) for m in modules]
     if scaling is None:
         return RotaryState(original, trained)
-    if not modules:
-        raise ConfigError(
-            f"eval.rope_scaling.kind={scaling.kind}: hf={source} ({type(hf_model).__name__}) "
-            "has no rotary embedding module (inv_freq) to rescale; set eval.rope_scaling.kind=none"
-        )
-    shipped = {str(getattr(m, "rope_type", "default")) for m in modules}
-    if shipped - {"default"}:
-        raise ConfigError(
-            f"eval.rope_scaling.kind={scaling.kind}: hf={source} already ships rope_type="
-            f"{','.join(sorted(shipped - {'default'}))}; evaluate it as shipped "
-            "(eval.rope_scaling.kind=none) or from a copy whose config has the default rotary"
-        )
+    _check_rescalable(hf_model, source, scaling, modules)
     base = _rope_base(hf_model.config)
     frequencies = []
     for inv_freq in original:
@@ -216,28 +246,63 @@ def rotary_state(
     return RotaryState(frequencies, [scaling.attention_factor] * len(modules))
 
 
+def _trained_inv_freq(module: nn.Module) -> Tensor:
+    return getattr(module, "original_inv_freq", module.inv_freq).detach().float()
+
+
+def _asked(scaling: RopeScaling) -> str:
+    """The options the user set, as they set them: `eval.rope_scaling.kind=rerope and
+    eval.logn_scaling=true`."""
+    asked = [f"eval.rope_scaling.kind={scaling.kind}"] if scaling.kind != "none" else []
+    return " and ".join(asked + (["eval.logn_scaling=true"] if scaling.logn else []))
+
+
+def _undo(scaling: RopeScaling) -> str:
+    undo = ["eval.rope_scaling.kind=none"] if scaling.kind != "none" else []
+    return " and ".join(undo + (["eval.logn_scaling=false"] if scaling.logn else []))
+
+
+def _check_rescalable(
+    hf_model: nn.Module, source: str, scaling: RopeScaling, modules: list[nn.Module]
+) -> None:
+    """A rotary model with the default (unscaled) rotary, else one line."""
+    if not modules:
+        works = f"; it works on rotary models: {SERVED}" if needs_hook(scaling) else ""
+        raise ConfigError(
+            f"{_asked(scaling)}: hf={source} ({type(hf_model).__name__}) has no rotary "
+            f"embedding module (inv_freq) to change{works}; set {_undo(scaling)}"
+        )
+    shipped = {str(getattr(m, "rope_type", "default")) for m in modules}
+    if shipped - {"default"}:
+        raise ConfigError(
+            f"{_asked(scaling)}: hf={source} already ships rope_type="
+            f"{','.join(sorted(shipped - {'default'}))}; evaluate it as shipped "
+            "(eval.rope_scaling.kind=none) or from a copy whose config has the default rotary"
+        )
+
+
+def hooked_model(hf_model: nn.Module, source: str, scaling: RopeScaling) -> PretrainedLM:
+    """The model under a kind that changes attention itself (`needs_hook`): its rotary module
+    turns nothing (inv_freq = 0) and the attention hook rotates with poslab's scheme, θ the
+    model's own frequencies."""
+    modules = rotary_modules(hf_model)
+    _check_rescalable(hf_model, source, scaling, modules)
+    if len(modules) != 1:  # which module serves which layer is the model's own business
+        raise ConfigError(
+            f"{_asked(scaling)}: hf={source} ({type(hf_model).__name__}) has {len(modules)} "
+            f"rotary embedding modules; the attention hook serves one per model: {SERVED}"
+        )
+    inv_freq = _trained_inv_freq(modules[0])
+    scaling.check_dims(2 * inv_freq.shape[-1])
+    scheme = hook_scheme(hf_model.config, inv_freq, _rope_base(hf_model.config), scaling)
+    identity = RotaryState([torch.zeros_like(inv_freq)], [1.0])  # cos = 1, sin = 0 exactly
+    return PretrainedLM(hf_model, source, identity, scheme)
+
+
 def _rope_base(config: Any) -> float | None:
     params = getattr(config, "rope_parameters", None) or {}
     base = params.get("rope_theta") if isinstance(params, dict) else None
     return float(base or getattr(config, "rope_theta", 0) or 0) or None
-
-
-def check_scaling_kind(options: dict[str, Any] | None, source: str) -> None:
-    """eval.rope_scaling / eval.logn_scaling options an HF model cannot take: one line."""
-    if not options:
-        return
-    kind = options.get("kind", "none")
-    if kind not in ("none", *FREQUENCY_KINDS):
-        raise ConfigError(
-            f"eval.rope_scaling.kind={kind} merges score matrices inside poslab's attention "
-            f"kernels, which hf={source} does not run; with hf= use one of "
-            f"{', '.join(FREQUENCY_KINDS)} (or evaluate a poslab checkpoint)"
-        )
-    if options.get("logn"):
-        raise ConfigError(
-            f"eval.logn_scaling=true scales queries inside poslab's attention kernels, which "
-            f"hf={source} does not run; set eval.logn_scaling=false"
-        )
 
 
 def check_probe(model: PretrainedLM, device: torch.device) -> None:
@@ -273,6 +338,40 @@ def check_probe(model: PretrainedLM, device: torch.device) -> None:
             f"hf={model.source} ({type(model.hf).__name__}): poslab's scorer does not reproduce "
             f"the model's own loss (largest gap {gap:.3g} nats: an output bias, a logit cap or "
             "scale?); this architecture is not supported by eval.py hf="
+        )
+
+
+def check_hook(model: PretrainedLM, context: int, device: torch.device, asked: str) -> None:
+    """The attention hook against the model's own logits on the probe, with settings that
+    change nothing (ReRoPE with its window over the whole probe: both score matrices and their
+    merge run): a model whose attention it does not reproduce (another pairing of rotary dims,
+    a norm or bias it does not know) is refused before any scoring."""
+    probe = RopeScaling(kind="rerope", window=PROBE_TOKENS, train_length=context)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.vocab_size, (1, PROBE_TOKENS), generator=generator).to(device)
+    name = f"{asked}: hf={model.source} ({type(model.hf).__name__})"
+    try:
+        hooked = hooked_model(model.hf, model.source, probe)
+        with torch.inference_mode():
+            theirs = model(ids).float()
+            ours = hooked(ids).float()
+    except ConfigError:
+        raise
+    except Exception as err:  # an attention whose call the hook does not fit
+        raise ConfigError(
+            f"{name}: the attention hook cannot run in its attention ({type(err).__name__}: "
+            f"{str(err).strip()[:120]}); it serves {SERVED}"
+        ) from None
+    # fp32 differs by rounding only; with bf16 weights the two paths round q, k and the
+    # rotation differently in every layer (tiny models: 2% of the largest logit), where a
+    # model the hook does not fit moves its logits by about their size
+    tolerance = 1e-4 if model.lm_head.weight.dtype == torch.float32 else 1e-1
+    gap = float((ours - theirs).abs().max())
+    if not math.isfinite(gap) or gap > tolerance * max(1.0, float(theirs.abs().max())):
+        raise ConfigError(
+            f"{name}: the attention hook these options need does not reproduce its logits "
+            f"(largest gap {gap:.3g}; another pairing of rotary dims, a norm it does not know?); "
+            f"it serves {SERVED}"
         )
 
 
@@ -325,12 +424,14 @@ def models_per_length(
     device: torch.device,
 ) -> dict[int, PretrainedLM]:
     """length -> the model as evaluated there: the trained frequencies (checked on the probe
-    first), or those of the eval-time kind at that length (one wrapper per distinct setting; all
-    share the HF model)."""
+    first), those of the eval-time kind at that length, or the attention hook with the kind
+    (checked on the probe before its first use); one wrapper per distinct setting, all sharing
+    the HF model."""
     plain = PretrainedLM(hf_model, source, rotary_state(hf_model, source, None, context))
     check_probe(plain, device)
     models: dict[int, PretrainedLM] = {}
     built: dict[str, PretrainedLM] = {}
+    hook_checked = False
     for length in lengths:
         scaling = None
         if options is not None:
@@ -342,9 +443,14 @@ def models_per_length(
         # dynamic_ntk and longrope read the length itself: one setting per length
         reads_length = scaling.kind in ("dynamic_ntk", "longrope")
         key = f"{scaling!r}@{length if reads_length else ''}"
-        if key not in built:
-            built[key] = PretrainedLM(
-                hf_model, source, rotary_state(hf_model, source, scaling, length)
-            )
-        models[length] = built[key]
+        if key in built:
+            models[length] = built[key]
+        elif needs_hook(scaling):
+            built[key] = models[length] = hooked_model(hf_model, source, scaling)
+            if not hook_checked:
+                check_hook(plain, context, device, _asked(scaling))
+                hook_checked = True
+        else:
+            state = rotary_state(hf_model, source, scaling, length)
+            built[key] = models[length] = PretrainedLM(hf_model, source, state)
     return models

@@ -51,6 +51,12 @@ def resume_setting(value: Any) -> str | None:
     return "must be auto, a run folder or a checkpoint file (or null)"
 
 
+def path_setting(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return None
+    return "must be a path (or null)"
+
+
 def max_tokens_setting(value: Any) -> str | None:
     if value is None or value == "auto" or (is_int(value) and value >= 2):
         return None
@@ -118,6 +124,9 @@ EVAL_SCHEMA: dict[str, Check] = {
     "eval.log_wandb": boolean(),
     "eval.task_examples": integer(1),
     "eval.learned_at": number(ge=0, le=1),
+    "eval.documents": path_setting,
+    "eval.max_documents": integer(1, null=True),
+    "eval.min_document_tokens": integer(1, null=True),
 }
 
 
@@ -149,11 +158,42 @@ def check_eval_config(eval_cfg: Any) -> None:
     from poslab.positions.rope_scaling import eval_variant_options
 
     eval_variant_options(eval_cfg)  # the eval-time variant's own options
+    _check_documents(eval_cfg)
     if eval_cfg.get("device") == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise ConfigError("eval.device=cuda but no CUDA device is visible; use eval.device=cpu")
+
+
+def _check_documents(eval_cfg: dict[str, Any]) -> None:
+    """eval.documents (data/documents.py): the options it replaces or needs, and its
+    source, checked before any model is loaded."""
+    documents = eval_cfg.get("documents")
+    if not documents:
+        for key in ("max_documents", "min_document_tokens"):
+            if eval_cfg.get(key) is not None:
+                raise ConfigError(
+                    f"eval.{key}={eval_cfg[key]} chooses among eval.documents, which is not "
+                    f"set; pass eval.documents=PATH or leave eval.{key} out"
+                )
+        return
+    modes = list(eval_cfg.get("modes") or [])
+    if modes != ["nonoverlapping"]:
+        # each document is one window from position 0: a sliding window has no stream to slide
+        raise ConfigError(
+            f"eval.modes=[{','.join(map(str, modes))}] with eval.documents: each document is "
+            "scored once, as one window of its first L tokens; set eval.modes=[nonoverlapping]"
+        )
+    max_tokens = eval_cfg.get("max_tokens")
+    if max_tokens not in (None, "auto"):
+        raise ConfigError(
+            f"eval.max_tokens={max_tokens} caps a corpus split, which eval.documents replaces; "
+            "cap the documents with eval.max_documents=K instead"
+        )
+    from poslab.data.documents import check_source
+
+    check_source(documents)
 
 
 def check_run_config(cfg: DictConfig) -> list[Any]:

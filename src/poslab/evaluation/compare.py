@@ -27,6 +27,9 @@ WHAT_TO_PASS = (
 # it (or diverged) it is flat at every length because it predicts nothing, so its ratios say
 # nothing about positions.
 LEARNED_BELOW_UNIFORM = 0.5
+# how a shape check says the seeds cannot tell (it is marked "[?]", not met or missed)
+UNSETTLED = "not settled at these seeds"
+NOT_DISTINGUISHABLE = "not distinguishable"
 
 
 def find_results(paths: list[str | Path]) -> list[Path]:
@@ -404,13 +407,16 @@ def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str 
 
 def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float = 8.0) -> list[str]:
     """The ALiBi paper's shape at `factor`× the training length, one line per check: "- [x]"
-    met, "- [ ]" not met, "- [n/a]" not applicable (a scheme it needs did not learn)."""
+    met, "- [ ]" not met, "- [?]" not settled (the measured value meets or misses the line, but
+    its 95% interval holds the line, or an ordering rests on a difference that is not
+    distinguishable: the seeds cannot tell), "- [n/a]" not applicable (a scheme it needs did
+    not learn)."""
 
     schemes = ("sinusoidal", "rope", "alibi", "t5")
     r = {s: ratio(rows, s, mode, factor) for s in schemes}
     why = {s: not_learned(rows, s, mode, factor) for s in schemes}
     present = {s: r[s] is not None or why[s] is not None for s in schemes}
-    checks: list[tuple[str, bool | None, str]] = []
+    checks: list[tuple[str, str, str]] = []  # (text, mark, reason it does not apply)
 
     def add(text: str, needs: tuple[str, ...], ok: Any, note: Any = lambda: "") -> None:
         """`ok` (and `note`, a remark on the margin) is called only when every scheme in `needs`
@@ -419,9 +425,11 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
             return
         reasons = [why[s] for s in needs if why[s]]
         if reasons:
-            checks.append((text, None, "; ".join(reasons)))
-        else:
-            checks.append((text + note(), bool(ok()), ""))
+            checks.append((text, "n/a", "; ".join(reasons)))
+            return
+        remark = note()
+        unsettled = UNSETTLED in remark or NOT_DISTINGUISHABLE in remark
+        checks.append((text + remark, "?" if unsettled else "x" if ok() else " ", ""))
 
     f = f"{factor:g}×"
     interval = {s: ratio_interval(rows, s, mode, factor) for s in schemes}
@@ -437,7 +445,7 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
         i = interval[name]
         if i is None or i.low is None or not (i.low <= line <= i.high):
             return ""
-        return "; its 95% CI holds the line: not settled at these seeds"
+        return f"; its 95% CI holds the line: {UNSETTLED}"
 
     def between_note() -> str:
         """Whether t5's place between alibi and rope rests on distinguishable differences."""
@@ -478,10 +486,8 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
         between_note,
     )
     return [
-        f"- [n/a] {text}: not applicable, {reason}"
-        if ok is None
-        else f"- [{'x' if ok else ' '}] {text}"
-        for text, ok, reason in checks
+        f"- [n/a] {text}: not applicable, {reason}" if mark == "n/a" else f"- [{mark}] {text}"
+        for text, mark, reason in checks
     ]
 
 
@@ -519,7 +525,7 @@ def difference_cell(interval: Interval | None, digits: int = 2) -> str:
         f"{signed(interval.mean, digits)} [{signed(interval.low, digits)}, "
         f"{signed(interval.high, digits)}]"
     )
-    return text if interval.distinguishable else f"{text} not distinguishable"
+    return text if interval.distinguishable else f"{text} {NOT_DISTINGUISHABLE}"
 
 
 def differences(rows: list[dict], baseline: str, mode: str) -> str:
@@ -580,6 +586,41 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
         "Welch's interval from their mean ± sd. A difference whose interval holds 0 is "
         '"not distinguishable" at these seeds; a one-seed row has no interval '
         '("no CI").\n\n' + "\n".join(lines)
+    )
+
+
+def mode_differences(rows: list[dict], mode: str, base_mode: str = "nonoverlapping") -> str:
+    """A Markdown section: each scheme's perplexity in `mode` minus its own in `base_mode` at
+    every length both measured, mean [95% CI], paired by seed (the same runs scored two ways).
+    Sliding windows give every scored token more context, non-overlapping ones mix positions
+    within L with those beyond it: the interval says which of the two a gap rests on."""
+    cells = {(r["scheme"], r["mode"], r["length"]): r for r in rows if not r.get("task")}
+    lengths = sorted({n for _, m, n in cells if m == mode})
+    lines = [f"| scheme | seeds | {' | '.join(str(n) for n in lengths)} |"]
+    lines.append("|---" * (len(lengths) + 2) + "|")
+    for scheme in dict.fromkeys(s for s, m, _ in cells if m == mode):
+        found = [
+            difference(cells[scheme, mode, n], cells[scheme, base_mode, n], "ppl")
+            if (scheme, base_mode, n) in cells and (scheme, mode, n) in cells
+            else None
+            for n in lengths
+        ]
+        first = next((i for i in found if i is not None), None)
+        if first is None:
+            continue
+        seeds = f"{first.n} paired" if first.paired and first.n > 1 else str(first.n)
+        if not first.paired and first.n > 1:
+            seeds = f"{first.n} unpaired"
+        lines.append(f"| {scheme} | {seeds} | {' | '.join(difference_cell(i) for i in found)} |")
+    if len(lines) == 2:
+        return ""
+    return (
+        f"\n\n### {mode} minus {base_mode}: perplexity, mean [95% CI]\n\n"
+        f"Each scheme's {mode} perplexity minus its own {base_mode} one at the same length, "
+        "paired by seed (the same runs scored both ways). At L, a negative difference is the "
+        "gain of more context per scored token; beyond L, sliding windows score only "
+        "positions past L, non-overlapping ones mix them with positions within L.\n\n"
+        + "\n".join(lines)
     )
 
 
@@ -662,6 +703,9 @@ def compare(
     if baseline is not None:
         for mode in dict.fromkeys(r["mode"] for r in rows):
             text += differences(rows, baseline, mode)
+    for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):
+        if mode != "nonoverlapping":
+            text += mode_differences(rows, mode)
     text += settings_table(rows)
     # loss by position: each scheme at its longest evaluated length, first mode only
     write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows))

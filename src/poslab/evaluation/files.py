@@ -38,6 +38,8 @@ CSV_FIELDS = [
     "factor",
     "status",
     "tokens",
+    "documents",  # eval.documents: the documents scored at this length (documents.py)
+    "document_ppl_mean",
     "loss",
     "ppl",
     "word_ppl",
@@ -75,6 +77,11 @@ CSV_FIELDS = [
     "steps_to_learn",
     "steps_to_learn_sd",
     "trained_steps",
+    # a task rendered for a pretrained model (pretrained_tasks.py): its model tokens per example
+    "example_tokens_min",
+    "example_tokens_mean",
+    "example_tokens_max",
+    "task_words_mean",
 ]
 
 

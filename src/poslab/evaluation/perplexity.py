@@ -48,6 +48,7 @@ class ScoreResult:
     bucket_size: int = 1
     bucket_nll: list[float] = field(default_factory=list)
     bucket_count: list[int] = field(default_factory=list)
+    nll_per_window: list[float] = field(default_factory=list)  # per given window (windows=)
 
     @property
     def loss(self) -> float:
@@ -158,14 +159,18 @@ def score(
     bucket_size: int = 64,
     autocast_dtype: torch.dtype | None = None,
     progress: bool = True,
+    windows: list[Window] | None = None,
 ) -> ScoreResult:
     """Token NLL of `model` over `data` at window length `length` (see module doc).
 
     Windows of equal length and equal context batch together; each batch is one forward pass,
     and logits are computed (in chunks, fused with the loss) only for the tokens it scores.
+    `windows` replaces the mode's own (per-document evaluation: one window per document, laid
+    end to end in `data`); then the result also holds each window's NLL (`nll_per_window`).
     """
     device = next(model.parameters()).device
-    windows = make_windows(len(data.ids), length, mode, stride)
+    given = windows is not None
+    windows = windows if given else make_windows(len(data.ids), length, mode, stride)
     batch_size = batch_size or max(1, default_batch_tokens(device) // length)
     result = ScoreResult(length=length, mode=mode, stride=stride or length, bucket_size=bucket_size)
     n_buckets = math.ceil(length / bucket_size)
@@ -185,11 +190,17 @@ def score(
         leave=False,
     )
     nll_total = torch.zeros((), dtype=torch.float64, device=device)
+    # each given window's NLL, summed on the device (no sync per batch); batches lose the order
+    per_window = torch.zeros(len(windows) if given else 0, dtype=torch.float64, device=device)
+    index = {id(w): i for i, w in enumerate(windows)} if given else {}
     for batch in batches:
         n, score_from = batch[0].length, batch[0].score_from
         starts = torch.tensor([w.start for w in batch])
         tokens = ids[starts[:, None] + torch.arange(n + 1)].to(device, non_blocking=True)
         nll = window_nll(model, tokens, score_from, position_offset, autocast_dtype)
+        if given:
+            where_windows = torch.tensor([index[id(w)] for w in batch], device=device)
+            per_window[where_windows] = nll.sum(1, dtype=torch.float64)
         where = torch.arange(score_from, n, device=device) // bucket_size
         bucket_nll.index_add_(0, where, nll.sum(0, dtype=torch.float64))
         bucket_count.index_add_(0, where, torch.full_like(where, len(batch)))
@@ -206,4 +217,5 @@ def score(
     result.seconds = time.perf_counter() - started
     result.bucket_nll = bucket_nll.tolist()
     result.bucket_count = bucket_count.tolist()
+    result.nll_per_window = per_window.tolist()
     return result

@@ -146,21 +146,16 @@ def load_models(plan: EvalPlan, checkpoint: dict[str, Any]) -> None:
 
 def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool) -> EvalPlan:
     """The plan of evaluating a pretrained HF causal LM (eval.py hf=SOURCE): lengths as multiples
-    of its trained context, one wrapped model per eval-time frequency setting (they share the HF
-    model), checked on a probe before any scoring (pretrained.py)."""
+    of its trained context, one wrapped model per eval-time setting (they share the HF model:
+    frequencies in its rotary module, or rerope, selfextend, lminfinite and log-n through the
+    attention hook), checked on a probe before any scoring (pretrained.py)."""
     from poslab.names import pretrained_name
     from poslab.positions.rope_scaling import eval_variant_options
-    from poslab.pretrained import (
-        check_scaling_kind,
-        load_pretrained,
-        models_per_length,
-        trained_context,
-    )
+    from poslab.pretrained import load_pretrained, models_per_length, trained_context
 
     eval_cfg = resolved(eval_cfg)
     check_eval_config(eval_cfg)
     options = eval_variant_options(eval_cfg)
-    check_scaling_kind(options, source)
     if eval_cfg.get("pos_overrides"):
         raise ConfigError(
             f"eval.pos_overrides={dict(eval_cfg.pos_overrides)}: options of poslab's schemes, "
@@ -258,6 +253,8 @@ def corpus_options_set(eval_cfg: Any) -> list[str]:
             found.append(f"eval.{key}={eval_cfg[key]}")
     if eval_cfg.get("max_tokens") not in (None, "auto"):
         found.append(f"eval.max_tokens={eval_cfg.max_tokens}")
+    if eval_cfg.get("documents"):  # documents replace a corpus split, which a task has none of
+        found.append(f"eval.documents={eval_cfg.documents}")
     return found
 
 

@@ -20,7 +20,7 @@ from poslab.errors import ConfigError
 from poslab.evaluation.files import default_out_dir, report_rows
 from poslab.evaluation.perplexity import score
 from poslab.evaluation.plan import EvalPlan, plan_checkpoint, resolved
-from poslab.evaluation.tables import metric_name
+from poslab.evaluation.tables import NO_DOCUMENT, metric_name
 from poslab.evaluation.tasks import evaluate_task_plan
 from poslab.precision import AUTOCAST_DTYPE
 from poslab.tracking import start_eval_wandb_run
@@ -90,37 +90,108 @@ def evaluate_text(
     """The rows of a text checkpoint: perplexity per mode and length over the corpus split."""
     eval_cfg = plan.eval_cfg
     log.info("evaluating on %s with precision %s", plan.device, plan.precision)
+    if eval_cfg.get("documents"):
+        return evaluate_documents(plan, cache, data_path)
     split, cap = scored_split(plan, cache, data_path)
     offset = int(eval_cfg.position_offset)
     unsupported = plan.unsupported_lengths(lambda n: offset + n - 1)
     if len(split.ids) < 2:
         raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
-    scheme, variant = plan.row_name()
-    vocab_size = model_vocab_size(plan.models[plan.lengths[0]])
-    word_level = bool(plan.model_config["data"].get("word_level"))
     rows: list[dict] = []
     for mode in eval_cfg.modes:
         for length in plan.lengths:
-            row = {
-                "scheme": scheme,
-                "train_length": plan.train_length,
-                "mode": mode,
-                "split": eval_cfg.split,
-                "length": length,
-                "factor": length / plan.train_length,
-                "word_level": word_level,
-                "position_offset": offset,
-                "status": "ok",
-                "vocab_size": vocab_size,
-                "variant": variant,
-                "precision": plan.precision,
-                "max_tokens": cap,  # the token cap that cut the split (None: the whole split)
-            }
+            # max_tokens: the token cap that cut the split (None: the whole split)
+            row = text_row(plan, mode, length, split=eval_cfg.split, max_tokens=cap)
             if length in unsupported:
                 rows.append({**row, "status": f"skipped: {unsupported[length]}"})
                 continue
             rows.append(score_row(plan, split, row))
-    return rows, f"{scheme}: perplexity vs evaluation length"
+    return rows, f"{plan.row_name()[0]}: perplexity vs evaluation length"
+
+
+def text_row(plan: EvalPlan, mode: str, length: int, **fields: Any) -> dict:
+    """The fields every perplexity row has, before it is scored (`fields`: its own)."""
+    scheme, variant = plan.row_name()
+    return {
+        "scheme": scheme,
+        "train_length": plan.train_length,
+        "mode": mode,
+        "split": fields.pop("split"),
+        "length": length,
+        "factor": length / plan.train_length,
+        "word_level": bool(plan.model_config["data"].get("word_level")),
+        "position_offset": int(plan.eval_cfg.position_offset),
+        "status": "ok",
+        "vocab_size": model_vocab_size(plan.models[plan.lengths[0]]),
+        "variant": variant,
+        "precision": plan.precision,
+        **fields,
+    }
+
+
+def evaluate_documents(
+    plan: EvalPlan, cache: TokenCache | None, data_path: str | None
+) -> tuple[list[dict], str]:
+    """The rows of a per-document evaluation (eval.documents; data/documents.py): at each
+    length one window per document long enough, a "documents" mode row counting them; a length
+    no document reaches is a skipped row."""
+    from poslab.data.documents import (
+        encoder_of_pretrained,
+        encoder_of_run,
+        load_documents,
+    )
+    from poslab.evaluation.perplexity import Window
+
+    eval_cfg = plan.eval_cfg
+    if plan.tokenizer is not None:  # a pretrained model reads with its own tokenizer
+        from poslab.pretrained import start_token
+
+        encode, start = encoder_of_pretrained(plan.tokenizer), start_token(plan.tokenizer)
+    else:  # a poslab run with the tokenizer of its token cache
+        tokenizer = checked_cache(plan, cache, data_path).tokenizer()
+        encode, start = encoder_of_run(tokenizer), tokenizer.token_to_id(EOS)
+    setting = str(eval_cfg.documents)
+    docs = load_documents(
+        setting,
+        eval_cfg.get("max_documents"),
+        plan.lengths,
+        encode,
+        start,
+        eval_cfg.get("min_document_tokens"),
+    )
+    print(docs.summary(plan.lengths), flush=True)
+    offset = int(eval_cfg.position_offset)
+    unsupported = plan.unsupported_lengths(lambda n: offset + n - 1)
+    rows: list[dict] = []
+    for length in plan.lengths:
+        chosen = docs.chosen(length)
+        row = text_row(
+            plan,
+            "documents",
+            length,
+            split="documents",
+            documents=len(chosen),
+            documents_source=setting,
+            max_documents=eval_cfg.get("max_documents"),
+            min_document_tokens=eval_cfg.get("min_document_tokens"),
+        )
+        if length in unsupported:  # none scored there
+            rows.append({**row, "status": f"skipped: {unsupported[length]}", "documents": 0})
+        elif not chosen:
+            status = f"{NO_DOCUMENT} has {length:,} tokens (the longest has {docs.longest:,})"
+            log.info("documents L=%d: %s", length, status)
+            rows.append({**row, "status": status})
+        else:
+            split, starts = docs.prefixes(chosen, length)
+            row = score_row(plan, split, row, [Window(s, length, 0) for s in starts])
+            losses = [nll / length for nll in row.pop("nll_per_window")]
+            # yarn's number: the mean of the documents' perplexities (ppl is that of all tokens)
+            row["document_ppl_mean"] = sum(math.exp(min(x, 700.0)) for x in losses) / len(losses)
+            row["document_losses"] = [
+                [docs.names[i], loss] for i, loss in zip(chosen, losses, strict=True)
+            ]
+            rows.append(row)
+    return rows, f"{plan.row_name()[0]}: perplexity of documents vs evaluation length"
 
 
 def model_vocab_size(model: Any) -> int:
@@ -137,16 +208,7 @@ def scored_split(
     eval_cfg = plan.eval_cfg
     if plan.tokenizer is not None:
         return pretrained_split(plan, data_path)
-    overrides = {"path": data_path} if data_path else {}
-    cache = cache or TokenCache.from_config(plan.model_config["data"], **overrides)
-    cache_vocab = cache.meta()["vocab_size"]
-    model_vocab = plan.models[plan.lengths[0]].config.vocab_size
-    if cache_vocab != model_vocab:
-        raise ConfigError(
-            f"the token cache {cache.folder} has a vocabulary of {cache_vocab} but "
-            f"the checkpoint was trained with {model_vocab}; pass the corpus it was "
-            "trained on (data_path=) with the same tokenizer settings"
-        )
+    cache = checked_cache(plan, cache, data_path)
     split = cache.split(eval_cfg.split)
     cap = scored_token_cap(eval_cfg.max_tokens, plan.trained_tokens)
     if cap is not None and cap >= len(split):
@@ -162,6 +224,22 @@ def scored_split(
                 flush=True,
             )
     return split.after_line_end(cache.tokenizer().token_to_id(EOS)), cap
+
+
+def checked_cache(plan: EvalPlan, cache: TokenCache | None, data_path: str | None) -> TokenCache:
+    """The token cache (tokens and tokenizer) of the corpus the run trained on, or of
+    `data_path`, checked to have the checkpoint's vocabulary."""
+    overrides = {"path": data_path} if data_path else {}
+    cache = cache or TokenCache.from_config(plan.model_config["data"], **overrides)
+    cache_vocab = cache.meta()["vocab_size"]
+    model_vocab = plan.models[plan.lengths[0]].config.vocab_size
+    if cache_vocab != model_vocab:
+        raise ConfigError(
+            f"the token cache {cache.folder} has a vocabulary of {cache_vocab} but "
+            f"the checkpoint was trained with {model_vocab}; pass the corpus it was "
+            "trained on (data_path=) with the same tokenizer settings"
+        )
+    return cache
 
 
 def pretrained_split(plan: EvalPlan, data_path: str | None) -> tuple[TokenizedSplit, int | None]:
@@ -191,8 +269,11 @@ def pretrained_split(plan: EvalPlan, data_path: str | None) -> tuple[TokenizedSp
     return split.after_line_end(start_token(plan.tokenizer)), cap
 
 
-def score_row(plan: EvalPlan, split: TokenizedSplit, row: dict) -> dict:
-    """`row` (mode, length) with the model's scores over `split` added."""
+def score_row(
+    plan: EvalPlan, split: TokenizedSplit, row: dict, windows: list[Any] | None = None
+) -> dict:
+    """`row` (mode, length) with the model's scores over `split` added; `windows` (documents:
+    one per document) replaces the mode's, and then the row holds their NLLs (nll_per_window)."""
     eval_cfg, length, mode = plan.eval_cfg, row["length"], row["mode"]
     # the stride is capped at the window, so one eval.stride serves every length
     stride = min(length, int(eval_cfg.stride or max(1, length // 2)))
@@ -206,21 +287,28 @@ def score_row(plan: EvalPlan, split: TokenizedSplit, row: dict) -> dict:
         position_offset=int(eval_cfg.position_offset),
         bucket_size=int(eval_cfg.bucket_size or max(1, plan.train_length // 32)),
         autocast_dtype=AUTOCAST_DTYPE[plan.precision],
+        windows=windows,
     )
-    row = {**row, **{k: v for k, v in result.to_dict().items() if not k.startswith("bucket")}}
+    scores = result.to_dict()
+    if windows is None:
+        del scores["nll_per_window"]
+    row = {**row, **{k: v for k, v in scores.items() if not k.startswith("bucket")}}
     row["loss_by_position"] = result.loss_by_position()
     if not math.isfinite(row["loss"]):
         # a diverged model: reported as such, never as a number or a skipped length
         row["status"] = "nonfinite"
     metric = metric_name([row])
+    n = row.get("documents")
+    documents = "" if n is None else f"{n} document{'' if n == 1 else 's'}, "
     log.info(
-        "%s %s L=%d: ppl %.2f, %s %.3f (%d tokens, %.0f tok/s)",
+        "%s %s L=%d: ppl %.2f, %s %.3f (%s%d tokens, %.0f tok/s)",
         row["scheme"],
         mode,
         length,
         row["ppl"],
         metric,
         row[metric],
+        documents,
         row["tokens"],
         row["tokens_per_s"],
     )
@@ -237,6 +325,11 @@ def run_eval(cfg: DictConfig) -> list[dict]:
         )
     if hf:
         return run_pretrained_eval(cfg)
+    if cfg.get("data") is not None:  # a checkpoint is scored on what it was trained on
+        raise ConfigError(
+            f"data={cfg.data.get('name')} chooses the task of a pretrained model (hf=MODEL); a "
+            "checkpoint is scored on its own corpus or task: leave data= out"
+        )
     eval_cfg = resolved(cfg.eval)
     check_eval_config(eval_cfg)
     ckpt = Path(cfg.ckpt) if cfg.ckpt else checkpoint_of_run(cfg.run)
@@ -259,16 +352,22 @@ def run_pretrained_eval(cfg: DictConfig) -> list[dict]:
     """eval.py hf=MODEL: the same evaluation, files and W&B run as for a poslab checkpoint, in
     out_dir or outputs/pretrained/<name>/ (a new folder when that one holds results)."""
     from poslab.evaluation.plan import plan_pretrained
+    from poslab.evaluation.pretrained_tasks import evaluate_pretrained_task, task_of_command
     from poslab.names import pretrained_folder
 
-    if not cfg.data_path:  # before the model is loaded
+    task = task_of_command(cfg)  # data=<task>: a generated task instead of a corpus
+    if task is None and not cfg.data_path and not cfg.eval.get("documents"):  # before loading
         raise ConfigError(
             f"hf={cfg.hf} needs a corpus: pass data_path=DIR (train.txt, valid.txt, test.txt; "
-            "e.g. data_path=../shared/data/wikitext-2)"
+            "e.g. data_path=../shared/data/wikitext-2), eval.documents=PATH (long documents), "
+            "or data=needle for a generated task"
         )
     context = cfg.get("hf_context")
     plan = plan_pretrained(str(cfg.hf), context, cfg.eval, bool(cfg.wandb and cfg.eval.log_wandb))
-    rows, title = evaluate_text(plan, None, cfg.data_path)
+    if task is not None:
+        rows, title = evaluate_pretrained_task(plan, task, cfg.data)
+    else:
+        rows, title = evaluate_text(plan, None, cfg.data_path)
     folder = Path(cfg.out_dir) if cfg.out_dir else pretrained_folder(str(cfg.hf))
     wandb_run = None
     if cfg.eval.log_wandb and cfg.wandb:

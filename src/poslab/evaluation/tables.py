@@ -1,8 +1,9 @@
 """Result rows as Markdown tables: one row per scheme (or mode), one column per evaluation length.
 
-Row statuses: "ok"; "skipped: <reason>" (a length the scheme cannot represent: a "—" cell);
-"nonfinite" (the model diverged: loss/ppl are NaN or inf: a "nonfinite" cell). A row of an older
-file that says "ok" but holds a non-finite value is treated as "nonfinite".
+Row statuses: "ok"; "skipped: <reason>" (a length the scheme cannot represent, or that no
+document of eval.documents reaches: a "—" cell); "nonfinite" (the model diverged: loss/ppl are
+NaN or inf: a "nonfinite" cell). A row of an older file that says "ok" but holds a non-finite
+value is treated as "nonfinite".
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 
 NONFINITE = "nonfinite"  # the cell of a diverged model (NaN or inf), never "—" (a skipped length)
+NO_DOCUMENT = "skipped: no document"  # the status of a length no document reaches (documents.py)
 
 
 def is_finite(value: object) -> bool:
@@ -118,10 +120,15 @@ def markdown(rows: list[dict], title: str, row_key: str, brief: bool = False) ->
     perplexity of a word-level vocabulary is the token perplexity)."""
     r0 = rows[0]
     scored = scored_note(rows)
-    parts = [f"## {title}", f"\n{r0['split']} split{scored}, trained at L={r0['train_length']}."]
+    source = r0.get("documents_source")  # eval.documents: no split, documents
+    read = f"documents of {source}" if source else f"{r0['split']} split"
+    parts = [f"## {title}", f"\n{read}{scored}, trained at L={r0['train_length']}."]
     legend = []
-    if any(str(r["status"]).startswith("skipped") for r in rows):
+    skipped = [str(r["status"]) for r in rows if str(r["status"]).startswith("skipped")]
+    if any(not status.startswith(NO_DOCUMENT) for status in skipped):
         legend.append("— = a length the scheme cannot represent (skipped)")
+    if any(status.startswith(NO_DOCUMENT) for status in skipped):
+        legend.append("— = a length no document reaches (skipped)")
     if any(is_nonfinite(r) for r in rows):
         legend.append(f"{NONFINITE} = the model diverged there (NaN or inf loss)")
     if legend:
@@ -159,6 +166,10 @@ def scored_note(rows: list[dict]) -> str:
     if not text:
         return ""
     notes = []
+    documents = sorted({int(r["documents"]) for r in text if "documents" in r})
+    if documents:  # each its first L tokens: the count falls as L grows past shorter documents
+        counted = "–".join(f"{n:,}" for n in dict.fromkeys([documents[0], documents[-1]]))
+        notes.append(f"{counted} documents per length, each scored on its first L tokens")
     tokens = sorted({int(r["tokens"]) for r in text})
     if len(tokens) == 1:
         notes.append(f"{tokens[0]:,} tokens scored")

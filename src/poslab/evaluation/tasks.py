@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -78,8 +79,12 @@ def score_examples(
     }
 
 
-def evaluate_task_plan(plan: EvalPlan) -> tuple[list[dict], str]:
-    """The rows of a checkpoint trained on a generated task, and their title."""
+def evaluate_task_plan(
+    plan: EvalPlan, score: Callable[[EvalPlan, dict, Any], dict] | None = None
+) -> tuple[list[dict], str]:
+    """The rows of a checkpoint trained on a generated task, and their title. `score(plan, row,
+    bar)` scores one length (default: score_length; a pretrained model reads the task rendered
+    in its own tokens, pretrained_tasks.py)."""
     unused = corpus_options_set(plan.eval_cfg)
     if unused:  # eval.py refused them; after training the run's eval block is shared with corpora
         log.info("not used by a task's evaluation: %s", ", ".join(unused))
@@ -111,7 +116,7 @@ def evaluate_task_plan(plan: EvalPlan) -> tuple[list[dict], str]:
             rows.append({**row, "status": f"skipped: {unsupported[length]}"})
             bar.update(len(conditions))
             continue
-        rows.append(score_length(plan, row, bar))
+        rows.append((score or score_length)(plan, row, bar))
     bar.close()
     threshold = float(plan.eval_cfg.get("learned_at", 0.9))
     summary = learning_summary(rows, plan.train_length, threshold)
@@ -155,19 +160,31 @@ def learning_summary(rows: list[dict], train_length: int, threshold: float) -> d
 def score_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
     """`row` (one length) with the accuracy of eval.task_examples fresh examples under each of
     the task's conditions, and (several conditions) `by_condition`: the accuracy under each."""
-    task, length = plan.task, row["length"]
     examples, seed = int(plan.eval_cfg.task_examples), int(plan.model_config["seed"])
-    batch_size = plan.eval_cfg.batch_size or max(1, 8192 // length)
-    batches = evaluation_batches(task, length, examples, seed)
+    batches = evaluation_batches(plan.task, row["length"], examples, seed)
+    return scored_row(plan, row, [(c, b, b) for c, b in batches], bar)
+
+
+# one condition's examples: (condition, the task's examples, the examples the model reads: the
+# same ones for a poslab checkpoint, their rendering in its own tokens for a pretrained model)
+ConditionExamples = tuple[dict | None, list[Example], list[Example]]
+
+
+def scored_row(plan: EvalPlan, row: dict, batches: list[ConditionExamples], bar: Any) -> dict:
+    """`row` with the model's scores on `batches` (examples of row["length"] tokens) and the
+    baselines (chance, the best shortcut) on the task's examples."""
+    task, length = plan.task, row["length"]
     started = time.perf_counter()
+    examples = len(batches[0][1])
+    batch_size = plan.eval_cfg.batch_size or max(1, 8192 // length)
     by_condition, sums = [], {"accuracy": 0.0, "token_accuracy": 0.0, "loss": 0.0}
     tokens = 0
     chances, every_example = [], []
-    for condition, batch in batches:
+    for condition, batch, read in batches:
         chances += [task.chance(e) for e in batch]
         every_example += batch
         dtype = AUTOCAST_DTYPE[plan.precision]
-        result = score_examples(plan.models[length], batch, batch_size, dtype)
+        result = score_examples(plan.models[length], read, batch_size, dtype)
         scores = {k: result[k] for k in sums}
         by_condition.append({"condition": condition, "examples": examples, **scores})
         for k in sums:

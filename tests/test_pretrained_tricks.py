@@ -1,0 +1,327 @@
+"""eval.py hf= with the kinds that change attention itself: ReRoPE, Self-Extend, LM-Infinite
+and log-n, through the attention hook (poslab/pretrained_attention.py).
+
+Tiny random Llama, Qwen2 and GPT-NeoX models (also with partial rotary) are saved and loaded
+back with `from_pretrained` (tests/hf_models.py). Checked: settings that change nothing give the
+model's own logits; each kind changes every layer's attention exactly as its formula says,
+against a float64 reference written here from the model's weights (one relative distance per
+query-key pair, where poslab merges two score matrices); logits inside the window are the
+model's own and later ones change; Mistral keeps its sliding window; the model's own attention
+(sdpa) and frequencies are back after every hooked forward; eval.py runs end to end; a model
+the hook cannot serve (GPT-2: no rotary; Cohere: another pairing of rotary dims) is one line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import contract_problems, run_in_process
+from hf_models import CONTEXT, tokenizer_for
+
+from poslab.errors import ConfigError
+from poslab.positions.rope_scaling import RopeScaling
+from poslab.pretrained import (
+    PretrainedLM,
+    hooked_model,
+    load_pretrained,
+    models_per_length,
+    rotary_state,
+)
+
+CPU = torch.device("cpu")
+ROTARY = ("llama", "qwen2", "gpt_neox", "neox_partial")
+LENGTH = 40  # tokens per probe: beyond the trained context (32), so LM-Infinite's cap shows
+
+
+@pytest.fixture(scope="module")
+def models(hf_models) -> dict[str, torch.nn.Module]:
+    """arch -> the tiny model, loaded as eval.py hf= loads it."""
+    return {arch: load_pretrained(str(hf_models[arch]), CPU, "32-true")[0] for arch in ROTARY}
+
+
+def tokens(model, length: int = LENGTH, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (2, length), generator=generator)
+
+
+def hooked(model, **options) -> PretrainedLM:
+    return hooked_model(model, "tiny", RopeScaling(**options, train_length=CONTEXT))
+
+
+# settings of each kind that change nothing over `length` tokens (LM-Infinite caps distances at
+# L and log-n scales only past L: both neutral up to the context)
+NEUTRAL = {
+    "rerope": ({"kind": "rerope", "window": LENGTH}, LENGTH),
+    "selfextend": ({"kind": "selfextend", "window": LENGTH}, LENGTH),
+    "lminfinite": ({"kind": "lminfinite", "window": CONTEXT, "n_global": 0}, CONTEXT),
+    "logn": ({"kind": "none", "logn": True}, CONTEXT),
+}
+
+
+@pytest.mark.parametrize("kind", NEUTRAL)
+@pytest.mark.parametrize("arch", ROTARY)
+def test_the_hook_with_settings_that_change_nothing_gives_the_models_own_logits(arch, kind, models):
+    model = models[arch]
+    options, length = NEUTRAL[kind]
+    ids = tokens(model, length)
+    with torch.inference_mode():
+        own = model(input_ids=ids).logits
+        got = hooked(model, **options)(ids)
+    torch.testing.assert_close(got, own, atol=2e-5, rtol=1e-5)
+
+
+# -- each kind against its formula ------------------------------------------------------------
+
+W, G, N_GLOBAL = 8, 4, 2  # the window, Self-Extend's group, LM-Infinite's global tokens
+TRICKS = {  # options, and the first position whose logits change
+    "rerope": ({"kind": "rerope", "window": W}, W + 1),
+    "rerope_leaky": ({"kind": "rerope", "window": W, "leaky": 2.0}, W + 1),
+    "selfextend": ({"kind": "selfextend", "window": W, "group": G}, W + 1),
+    "lminfinite": ({"kind": "lminfinite", "window": W, "n_global": N_GLOBAL}, W + N_GLOBAL),
+    "logn": ({"kind": "none", "logn": True}, CONTEXT),
+    "rerope_logn": ({"kind": "rerope", "window": W, "logn": True}, W + 1),
+}
+
+
+def relative_distance(kind: str, m: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """The relative position each formula gives query m over key n (float64)."""
+    d = m - n
+    if kind in ("rerope", "rerope_logn"):  # min(m − n, w)
+        return d.clamp(max=W)
+    if kind == "rerope_leaky":  # w + (m − n − w)/k beyond the window
+        return torch.where(d < W, d, W + (d - W) / 2.0)
+    if kind == "selfextend":  # grouped: ⌊m/G⌋ + w − ⌊w/G⌋ − ⌊n/G⌋ beyond the window
+        grouped = torch.div(m, G, rounding_mode="floor") + W - W // G
+        return torch.where(d < W, d, grouped - torch.div(n, G, rounding_mode="floor"))
+    if kind == "lminfinite":  # distances capped at L
+        return d.clamp(max=CONTEXT)
+    return d  # logn
+
+
+def turned(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """HF's rotate_half rotation of the first R dims of x (…, D) by angles (…, R/2)."""
+    half = angles.shape[-1]
+    a, b, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat((a * cos - b * sin, a * sin + b * cos, rest), dim=-1)
+
+
+def projections(attention, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q, k, v (B, H, T, D) in float64 from the layer's weights, grouped heads repeated."""
+    config = attention.config
+    heads = config.num_attention_heads
+    x = x.double()
+    if hasattr(attention, "query_key_value"):  # GPT-NeoX: one projection, per head q|k|v
+        weight, bias = attention.query_key_value.weight, attention.query_key_value.bias
+        qkv = F.linear(x, weight.double(), bias.double()).unflatten(-1, (heads, -1))
+        return tuple(t.transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+
+    def project(linear) -> torch.Tensor:
+        bias = None if linear.bias is None else linear.bias.double()
+        out = F.linear(x, linear.weight.double(), bias)
+        return out.unflatten(-1, (-1, attention.head_dim)).transpose(1, 2)
+
+    q, k, v = (project(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
+    groups = heads // k.shape[1]
+    return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
+def reference_attention(kind: str, attention, theta: torch.Tensor, x: torch.Tensor):
+    """One layer's attention output (B, T, d_model) in float64 as `kind` defines it: the score
+    of query m over key n is (query turned by relative_distance(m, n)) · key, causal, with
+    LM-Infinite's Λ (the first n_global keys and those closer than the window) and log-n's
+    query scale max(1, ln(m + 1)/ln L)."""
+    q, k, v = projections(attention, x)
+    length, dim = q.shape[-2], q.shape[-1]
+    m = torch.arange(length, dtype=torch.float64)[:, None]
+    n = torch.arange(length, dtype=torch.float64)[None, :]
+    if kind in ("logn", "rerope_logn"):
+        q = q * (torch.log(m + 1) / math.log(CONTEXT)).clamp(min=1.0)
+    angles = relative_distance(kind, m, n)[..., None] * theta.double()  # (T, T, R/2)
+    queries = turned(q[:, :, :, None, :].expand(-1, -1, -1, length, -1), angles)  # one per key
+    scores = (queries * k[:, :, None, :, :]).sum(-1) * dim**-0.5
+    seen = n <= m
+    if kind == "lminfinite":
+        seen = seen & ((m - n < W) | (n < N_GLOBAL))
+    weights = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)
+    out = (weights @ v).transpose(1, 2).flatten(-2)
+    output = getattr(attention, "o_proj", None) or attention.dense
+    bias = None if output.bias is None else output.bias.double()
+    return F.linear(out, output.weight.double(), bias)
+
+
+def attention_layers(model) -> list[torch.nn.Module]:
+    return [m for name, m in model.named_modules() if type(m).__name__.endswith("Attention")]
+
+
+def recorded_attention(model, wrapper: PretrainedLM, ids: torch.Tensor) -> list[tuple]:
+    """(input, output) of every attention layer in one forward of `wrapper`."""
+    records = []
+
+    def record(module, args, kwargs, output) -> None:
+        x = args[0] if args else kwargs["hidden_states"]
+        records.append((module, x.detach(), output[0].detach()))
+
+    handles = [
+        layer.register_forward_hook(record, with_kwargs=True) for layer in attention_layers(model)
+    ]
+    try:
+        with torch.inference_mode():
+            wrapper(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return records
+
+
+@pytest.mark.parametrize("kind", TRICKS)
+@pytest.mark.parametrize("arch", ROTARY)
+def test_each_kind_changes_attention_as_its_formula_says(arch, kind, models):
+    model = models[arch]
+    options, _ = TRICKS[kind]
+    theta = rotary_state(model, "tiny", None, CONTEXT).inv_freq[0]
+    records = recorded_attention(model, hooked(model, **options), tokens(model))
+    assert len(records) == model.config.num_hidden_layers
+    for attention, x, got in records:
+        with torch.no_grad():
+            expected = reference_attention(kind, attention, theta, x)
+        torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", TRICKS)
+@pytest.mark.parametrize("arch", ROTARY)
+def test_logits_inside_the_window_are_the_models_own_and_later_ones_change(arch, kind, models):
+    model = models[arch]
+    options, first = TRICKS[kind]
+    ids = tokens(model)
+    with torch.inference_mode():
+        own = model(input_ids=ids).logits
+        got = hooked(model, **options)(ids)
+    torch.testing.assert_close(got[:, :first], own[:, :first], atol=2e-5, rtol=1e-5)
+    moved = (got[:, first:] - own[:, first:]).abs().amax(dim=(0, 2))  # per position
+    assert bool((moved > 1e-3).all()), moved
+
+
+def test_the_models_own_attention_and_frequencies_are_back_after_a_hooked_forward(models):
+    model = models["llama"]
+    assert model.config._attn_implementation == "sdpa"  # as loaded: the plain path's kernel
+    inv_freq = model.model.rotary_emb.inv_freq.clone()
+    ids = tokens(model)
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+        hooked(model, kind="rerope", window=W)(ids)
+        after = model(input_ids=ids).logits
+    assert model.config._attn_implementation == "sdpa"
+    assert torch.equal(model.model.rotary_emb.inv_freq, inv_freq)
+    assert torch.equal(after, before)
+
+
+def saved_and_loaded(config, corpus, folder) -> torch.nn.Module:
+    """A tiny random model of `config`, through save_pretrained and eval.py's loader."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = tokenizer_for(corpus)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return load_pretrained(str(folder), CPU, "32-true")[0]
+
+
+def test_mistral_keeps_its_sliding_window_under_the_hook(corpus, tmp_path):
+    """Mistral: Llama's attention with a sliding window (8 keys here, within a 40-token probe),
+    which the hook keeps."""
+    from transformers import MistralConfig
+
+    config = MistralConfig(
+        vocab_size=len(tokenizer_for(corpus)),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=CONTEXT,
+        sliding_window=W,
+        bos_token_id=0,
+        eos_token_id=1,
+        initializer_range=0.2,
+    )
+    model = saved_and_loaded(config, corpus, tmp_path / "mistral")
+    ids = tokens(model)
+    with torch.inference_mode():
+        own = model(input_ids=ids).logits
+        got = hooked(model, kind="rerope", window=LENGTH)(ids)
+        model.config.sliding_window = None  # not vacuous: the window shows in the logits
+        unwindowed = model(input_ids=ids).logits
+    torch.testing.assert_close(got, own, atol=2e-5, rtol=1e-5)
+    assert (unwindowed - own).abs().max() > 1e-2
+
+
+def test_a_model_whose_attention_the_hook_does_not_reproduce_is_one_line(corpus, tmp_path):
+    """Cohere rotates interleaved pairs (dims 2i, 2i+1), the hook HF's rotate_half pairs: the
+    probe catches it before any scoring."""
+    from transformers import CohereConfig
+
+    config = CohereConfig(
+        vocab_size=len(tokenizer_for(corpus)),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=CONTEXT,
+        logit_scale=1.0,  # poslab's scorer takes no logit scale (refused by the first probe)
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=None,
+        initializer_range=0.2,
+    )
+    model = saved_and_loaded(config, corpus, tmp_path / "cohere")
+    options = {"kind": "selfextend", "logn": False}
+    with pytest.raises(ConfigError) as err:
+        models_per_length(model, "cohere", options, [CONTEXT], CONTEXT, CPU)
+    message = str(err.value)
+    assert "does not reproduce its logits" in message and "Llama" in message
+    assert message.startswith("eval.rope_scaling.kind=selfextend: hf=cohere")
+    assert "\n" not in message
+
+
+def test_eval_py_with_rerope_on_a_pretrained_model_writes_the_reports(
+    hf_models, corpus, tmp_path, monkeypatch, capfd
+):
+    out = tmp_path / "rerope"
+    args = [
+        f"hf={hf_models['llama']}",
+        f"data_path={corpus}",
+        f"eval.lengths=[{CONTEXT},{2 * CONTEXT}]",
+        "eval.max_tokens=1500",
+        "eval.rope_scaling.kind=rerope",
+        f"out_dir={out}",
+        "wandb=false",
+    ]
+    result = run_in_process("eval", args, tmp_path, monkeypatch, capfd)
+    assert result.returncode == 0, result.stderr[-2000:]
+    reports = out / "extrapolation"
+    names = {p.name for p in reports.iterdir()}
+    assert {"extrapolation.json", "extrapolation.csv", "extrapolation.md"} <= names
+    rows = json.loads((reports / "extrapolation.json").read_text())
+    assert {r["length"] for r in rows} == {CONTEXT, 2 * CONTEXT}
+    assert all(r["status"] == "ok" and math.isfinite(r["ppl"]) and r["ppl"] > 1 for r in rows)
+    assert rows[0]["scheme"] == "llama + rerope w=L"
+
+
+def test_eval_py_with_rerope_on_gpt2_is_one_line(hf_models, corpus, tmp_path, monkeypatch, capfd):
+    out = tmp_path / "gpt2"
+    args = [
+        f"hf={hf_models['gpt2']}",
+        f"data_path={corpus}",
+        "eval.rope_scaling.kind=rerope",
+        f"out_dir={out}",
+        "wandb=false",
+    ]
+    result = run_in_process("eval", args, tmp_path, monkeypatch, capfd)
+    expected = "eval.rope_scaling.kind=rerope: hf="
+    problems = contract_problems(result, expected, out)
+    assert not problems, f"{problems}\n{result.stderr[-1500:]}"
+    assert "no rotary embedding module" in result.stderr and "Llama, Mistral" in result.stderr
