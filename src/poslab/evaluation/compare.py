@@ -118,6 +118,13 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
     `for_report`: every row is checked for what the report reads too (read_result)."""
     runs: list[Path] = []
     rows_of: list[list[dict]] = []
+    options_of: dict[Path, dict[str, Any] | None] = {}  # each run's config, read once
+
+    def options_at(run: Path) -> dict[str, Any] | None:
+        if run not in options_of:
+            options_of[run] = run_options(run)
+        return options_of[run]
+
     for path in results:
         rows = read_result(path, for_report)
         schemes_in_file = list(dict.fromkeys((r["scheme"], r.get("task")) for r in rows))
@@ -142,7 +149,7 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
         twins = [i for i, s in enumerate(schemes) if s == scheme]
         # a run without a config (an eval.py out_dir) is labelled by its folder; the others
         # are compared by their options
-        options = [run_options(runs[i]) for i in twins]
+        options = [options_at(runs[i]) for i in twins]
         keys = sorted({k for o in options if o is not None for k in o})
         options = [
             None if o is None else {k: o.get(k, ADDED_LATER.get(k)) for k in keys} for o in options
@@ -168,10 +175,10 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
         if rows:
             name = f"{rows[0]['scheme']} [{label}]" if label else rows[0]["scheme"]
             if seed is None:  # a run of its own: its seed still pairs it with other schemes
-                seed = (run_options(runs[i]) or {}).get("seed")
+                seed = (options_at(runs[i]) or {}).get("seed")
             configurations.setdefault((name, rows[0].get("task")), []).append((seed, rows))
             run_of.setdefault(name, runs[i])
-    settings = differing_settings(run_of)
+    settings = differing_settings({name: (run, options_at(run)) for name, run in run_of.items()})
     from poslab.evaluation.seeds import merge_seeds, per_seed_values
 
     merged = []
@@ -197,13 +204,15 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
 SCHEME_KEYS = ("pos.", "pos_name", "model_name", "seed")
 
 
-def differing_settings(run_of: dict[str, Path]) -> dict[str, dict[str, Any]]:
+def differing_settings(
+    run_of: dict[str, tuple[Path, dict[str, Any] | None]],
+) -> dict[str, dict[str, Any]]:
     """row label -> the training settings (besides the scheme's own options and the seed) in
     which the rows' runs differ, `precision=auto` resolved from the run's run.json: rows that
-    trained 150 steps never pass for rows of 500 steps. Empty when the runs agree."""
+    trained 150 steps never pass for rows of 500 steps. Empty when the runs agree. `run_of`:
+    row label -> (its first run's folder, that run's options as run_options reads them)."""
     options = {}
-    for name, run in run_of.items():
-        opts = run_options(run)
+    for name, (run, opts) in run_of.items():
         if opts is None:
             continue
         if opts.get("trainer.precision") == "auto":
