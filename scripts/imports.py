@@ -58,7 +58,15 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.training",
         ),
     ),
-    ("evaluation", ("poslab.evaluation", "poslab.pretrained", "poslab.pretrained_attention")),
+    (
+        "evaluation",
+        (
+            "poslab.evaluation",
+            "poslab.pretrained",
+            "poslab.pretrained_attention",
+            "poslab.tiny_hf",  # the tiny HF models pretrained.py is checked on (tests, parity)
+        ),
+    ),
     ("analysis and the commands", ("poslab.analysis", "poslab.apps", "poslab.export")),
 ]
 

@@ -1,8 +1,8 @@
 """The bad-input tables of train.py, eval.py and the scripts without Hydra (benchmark.py,
-compare.py, analysis.py): each case is one command line and the text its one `error: ...` line
-must hold. The fast suite runs every case in-process through the entry function the command
-calls (tests/apps/, tests/test_scripts.py); tests/e2e/test_bad_inputs_cli.py runs the same
-tables as real processes (slow).
+compare.py, analysis.py, pretrained_parity.py): each case is one command line and the text its
+one `error: ...` line must hold. The fast suite runs every case in-process through the entry
+function the command calls (tests/apps/, tests/test_scripts.py); tests/e2e/test_bad_inputs_cli.py
+runs the same tables as real processes (slow).
 
 Every case must keep the bad-input contract: exit code 2, exactly one stderr line `error: ...`
 saying what to change, no traceback, and nothing left at the case's output path."""
@@ -311,6 +311,10 @@ def analysis(*args: str, expected: str) -> Case:
     return Case("analysis.py", args, (expected,))
 
 
+def parity(*args: str, expected: str) -> Case:
+    return Case("pretrained_parity.py", args, (expected,))
+
+
 # {out} is the case's own output path (it must not exist afterwards); the other fields are the
 # inputs made by the `script_inputs` fixture (conftest.py)
 SCRIPT_BAD = [
@@ -418,6 +422,11 @@ SCRIPT_BAD = [
     analysis(
         "decay", "--bases", "inf", "--out", "{out}", expected="--bases must be finite and > 1"
     ),
+    parity("--archs", "mistral", expected="argument --archs: invalid choice: 'mistral'"),
+    parity("--factors", "1", "--out", "{out}", expected="argument --factors: must be ≥ 2 (got 1)"),
+    parity("--kinds", "--out", "{out}", expected="argument --kinds: expected at least one"),
+    parity("--out", "{file}/p.md", expected="--out {file}/p.md: {file} is a file, so no file"),
+    parity("--out", "{results}", expected="--out {results} is a folder; pass the path of a file"),
 ]
 if torch.cuda.is_available():
     SCRIPT_BAD.append(

@@ -263,7 +263,8 @@ def run_in_process(
 
 
 def _script_main(app: str):  # noqa: ANN202
-    """The main() scripts/APP calls (benchmark.py's and export_hf.py's live in the script)."""
+    """The main() scripts/APP calls (benchmark.py's, export_hf.py's and pretrained_parity.py's
+    live in the script)."""
     if app == "compare.py":
         from poslab.evaluation.compare import main
 
@@ -272,7 +273,7 @@ def _script_main(app: str):  # noqa: ANN202
         from poslab.analysis import main
 
         return main
-    assert app in ("benchmark.py", "export_hf.py"), app
+    assert app in ("benchmark.py", "export_hf.py", "pretrained_parity.py"), app
     import importlib.util
 
     name = f"poslab_{app.removesuffix('.py')}_script"

@@ -19,6 +19,7 @@ from hf_models import ARCHITECTURES, CONTEXT, hf_model, tokenizer_for
 from poslab.losses import linear_token_nll
 from poslab.positions.rope_scaling import RopeScaling
 from poslab.pretrained import PretrainedLM, encode_text, rotary_state
+from poslab.tiny_hf import FREQUENCY_KINDS, frequency_kind
 
 ROTARY = [a for a in ARCHITECTURES if a != "gpt2"]
 
@@ -49,51 +50,17 @@ def test_the_scorer_gives_the_models_own_loss_token_for_token(arch, vocab):
     torch.testing.assert_close(ours[:, :-1].mean(), mean_loss, atol=1e-5, rtol=1e-5)
 
 
-# poslab's kind and options -> HF's rope_parameters of the same kind (at 4× the context)
-KINDS = {
-    "pi": ({"kind": "pi", "factor": 4.0}, {"rope_type": "linear", "factor": 4.0}),
-    "dynamic_ntk": (
-        {"kind": "dynamic_ntk", "factor": 2.0},
-        {"rope_type": "dynamic", "factor": 2.0},
-    ),
-    "yarn": (
-        {"kind": "yarn", "factor": 4.0, "ramp": "reference"},
-        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": CONTEXT},
-    ),
-    "llama3": (
-        {"kind": "llama3", "factor": 4.0},
-        {
-            "rope_type": "llama3",
-            "factor": 4.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": CONTEXT,
-        },
-    ),
-}
+# dynamic_ntk at s = 2 over 4× the context: HF's dynamic base then differs from NTK at s = 4
+FACTOR = {"pi": 4.0, "dynamic_ntk": 2.0, "yarn": 4.0, "llama3": 4.0, "longrope": 4.0}
 
 
-def longrope(pairs: int) -> tuple[dict, dict]:
-    long = [1.0 + 0.5 * i for i in range(pairs)]
-    short = [1.0] * pairs
-    ours = {"kind": "longrope", "factor": 4.0, "long_factor": long, "short_factor": short}
-    theirs = {
-        "rope_type": "longrope",
-        "factor": 4.0,
-        "long_factor": long,
-        "short_factor": short,
-        "original_max_position_embeddings": CONTEXT,
-    }
-    return ours, theirs
-
-
-@pytest.mark.parametrize("kind", [*KINDS, "longrope"])
+@pytest.mark.parametrize("kind", FREQUENCY_KINDS)
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "neox_partial"])
 def test_poslab_frequencies_on_the_model_equal_hfs_own_rope_parameters(arch, kind, vocab):
     length = 4 * CONTEXT
     plain = hf_model(arch, vocab)
     pairs = rotary_state(plain, "tiny", None, CONTEXT).inv_freq[0].shape[-1]
-    ours, theirs = longrope(pairs) if kind == "longrope" else KINDS[kind]
+    ours, theirs = frequency_kind(kind, FACTOR[kind], pairs)
     native = hf_model(arch, vocab, **theirs)  # the same weights (seed), HF's own scaling
     scaling = RopeScaling(**ours, train_length=CONTEXT)
     ids = torch.randint(0, vocab, (2, length), generator=torch.Generator().manual_seed(2))

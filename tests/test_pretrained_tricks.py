@@ -4,8 +4,8 @@ and log-n, through the attention hook (poslab/pretrained_attention.py).
 Tiny random Llama, Qwen2 and GPT-NeoX models (also with partial rotary) are saved and loaded
 back with `from_pretrained` (tests/hf_models.py). Checked: settings that change nothing give the
 model's own logits; each kind changes every layer's attention exactly as its formula says,
-against a float64 reference written here from the model's weights (one relative distance per
-query-key pair, where poslab merges two score matrices); logits inside the window are the
+against a float64 reference from the model's weights (poslab/tiny_hf.py: one relative distance
+per query-key pair, where poslab merges two score matrices); logits inside the window are the
 model's own and later ones change; Mistral keeps its sliding window; the model's own attention
 (sdpa) and frequencies are back after every hooked forward; eval.py runs end to end; a model
 the hook cannot serve (GPT-2: no rotary; Cohere: another pairing of rotary dims) is one line."""
@@ -17,7 +17,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from conftest import contract_problems, run_in_process
 from hf_models import CONTEXT, tokenizer_for
 
@@ -30,10 +29,18 @@ from poslab.pretrained import (
     models_per_length,
     rotary_state,
 )
+from poslab.tiny_hf import (
+    HOOK_LENGTH,
+    NEUTRAL,
+    ROTARY,
+    TRICKS,
+    W,
+    recorded_attention,
+    reference_attention,
+)
 
 CPU = torch.device("cpu")
-ROTARY = ("llama", "qwen2", "gpt_neox", "neox_partial")
-LENGTH = 40  # tokens per probe: beyond the trained context (32), so LM-Infinite's cap shows
+LENGTH = HOOK_LENGTH  # tokens per probe: beyond the trained context, so LM-Infinite's cap shows
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +58,6 @@ def hooked(model, **options) -> PretrainedLM:
     return hooked_model(model, "tiny", RopeScaling(**options, train_length=CONTEXT))
 
 
-# settings of each kind that change nothing over `length` tokens (LM-Infinite caps distances at
-# L and log-n scales only past L: both neutral up to the context)
-NEUTRAL = {
-    "rerope": ({"kind": "rerope", "window": LENGTH}, LENGTH),
-    "selfextend": ({"kind": "selfextend", "window": LENGTH}, LENGTH),
-    "lminfinite": ({"kind": "lminfinite", "window": CONTEXT, "n_global": 0}, CONTEXT),
-    "logn": ({"kind": "none", "logn": True}, CONTEXT),
-}
-
-
 @pytest.mark.parametrize("kind", NEUTRAL)
 @pytest.mark.parametrize("arch", ROTARY)
 def test_the_hook_with_settings_that_change_nothing_gives_the_models_own_logits(arch, kind, models):
@@ -71,110 +68,6 @@ def test_the_hook_with_settings_that_change_nothing_gives_the_models_own_logits(
         own = model(input_ids=ids).logits
         got = hooked(model, **options)(ids)
     torch.testing.assert_close(got, own, atol=2e-5, rtol=1e-5)
-
-
-# -- each kind against its formula ------------------------------------------------------------
-
-W, G, N_GLOBAL = 8, 4, 2  # the window, Self-Extend's group, LM-Infinite's global tokens
-TRICKS = {  # options, and the first position whose logits change
-    "rerope": ({"kind": "rerope", "window": W}, W + 1),
-    "rerope_leaky": ({"kind": "rerope", "window": W, "leaky": 2.0}, W + 1),
-    "selfextend": ({"kind": "selfextend", "window": W, "group": G}, W + 1),
-    "lminfinite": ({"kind": "lminfinite", "window": W, "n_global": N_GLOBAL}, W + N_GLOBAL),
-    "logn": ({"kind": "none", "logn": True}, CONTEXT),
-    "rerope_logn": ({"kind": "rerope", "window": W, "logn": True}, W + 1),
-}
-
-
-def relative_distance(kind: str, m: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """The relative position each formula gives query m over key n (float64)."""
-    d = m - n
-    if kind in ("rerope", "rerope_logn"):  # min(m − n, w)
-        return d.clamp(max=W)
-    if kind == "rerope_leaky":  # w + (m − n − w)/k beyond the window
-        return torch.where(d < W, d, W + (d - W) / 2.0)
-    if kind == "selfextend":  # grouped: ⌊m/G⌋ + w − ⌊w/G⌋ − ⌊n/G⌋ beyond the window
-        grouped = torch.div(m, G, rounding_mode="floor") + W - W // G
-        return torch.where(d < W, d, grouped - torch.div(n, G, rounding_mode="floor"))
-    if kind == "lminfinite":  # distances capped at L
-        return d.clamp(max=CONTEXT)
-    return d  # logn
-
-
-def turned(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """HF's rotate_half rotation of the first R dims of x (…, D) by angles (…, R/2)."""
-    half = angles.shape[-1]
-    a, b, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
-    cos, sin = angles.cos(), angles.sin()
-    return torch.cat((a * cos - b * sin, a * sin + b * cos, rest), dim=-1)
-
-
-def projections(attention, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """q, k, v (B, H, T, D) in float64 from the layer's weights, grouped heads repeated."""
-    config = attention.config
-    heads = config.num_attention_heads
-    x = x.double()
-    if hasattr(attention, "query_key_value"):  # GPT-NeoX: one projection, per head q|k|v
-        weight, bias = attention.query_key_value.weight, attention.query_key_value.bias
-        qkv = F.linear(x, weight.double(), bias.double()).unflatten(-1, (heads, -1))
-        return tuple(t.transpose(1, 2) for t in qkv.chunk(3, dim=-1))
-
-    def project(linear) -> torch.Tensor:
-        bias = None if linear.bias is None else linear.bias.double()
-        out = F.linear(x, linear.weight.double(), bias)
-        return out.unflatten(-1, (-1, attention.head_dim)).transpose(1, 2)
-
-    q, k, v = (project(p) for p in (attention.q_proj, attention.k_proj, attention.v_proj))
-    groups = heads // k.shape[1]
-    return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-
-
-def reference_attention(kind: str, attention, theta: torch.Tensor, x: torch.Tensor):
-    """One layer's attention output (B, T, d_model) in float64 as `kind` defines it: the score
-    of query m over key n is (query turned by relative_distance(m, n)) · key, causal, with
-    LM-Infinite's Λ (the first n_global keys and those closer than the window) and log-n's
-    query scale max(1, ln(m + 1)/ln L)."""
-    q, k, v = projections(attention, x)
-    length, dim = q.shape[-2], q.shape[-1]
-    m = torch.arange(length, dtype=torch.float64)[:, None]
-    n = torch.arange(length, dtype=torch.float64)[None, :]
-    if kind in ("logn", "rerope_logn"):
-        q = q * (torch.log(m + 1) / math.log(CONTEXT)).clamp(min=1.0)
-    angles = relative_distance(kind, m, n)[..., None] * theta.double()  # (T, T, R/2)
-    queries = turned(q[:, :, :, None, :].expand(-1, -1, -1, length, -1), angles)  # one per key
-    scores = (queries * k[:, :, None, :, :]).sum(-1) * dim**-0.5
-    seen = n <= m
-    if kind == "lminfinite":
-        seen = seen & ((m - n < W) | (n < N_GLOBAL))
-    weights = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)
-    out = (weights @ v).transpose(1, 2).flatten(-2)
-    output = getattr(attention, "o_proj", None) or attention.dense
-    bias = None if output.bias is None else output.bias.double()
-    return F.linear(out, output.weight.double(), bias)
-
-
-def attention_layers(model) -> list[torch.nn.Module]:
-    return [m for name, m in model.named_modules() if type(m).__name__.endswith("Attention")]
-
-
-def recorded_attention(model, wrapper: PretrainedLM, ids: torch.Tensor) -> list[tuple]:
-    """(input, output) of every attention layer in one forward of `wrapper`."""
-    records = []
-
-    def record(module, args, kwargs, output) -> None:
-        x = args[0] if args else kwargs["hidden_states"]
-        records.append((module, x.detach(), output[0].detach()))
-
-    handles = [
-        layer.register_forward_hook(record, with_kwargs=True) for layer in attention_layers(model)
-    ]
-    try:
-        with torch.inference_mode():
-            wrapper(ids)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return records
 
 
 @pytest.mark.parametrize("kind", TRICKS)
