@@ -221,6 +221,12 @@ EVAL_BAD = [
     eval_case("hf={hf_llama}", "run={rope}", expected="pass exactly one of ckpt=PATH"),
     eval_case("hf={hf_llama}", expected="needs a corpus: pass data_path=DIR"),
     eval_case(
+        "hf={hf_llama}",
+        "data_path={corpus}",
+        "eval.documents={corpus}/valid.txt",
+        expected=("data_path={corpus}: eval.documents=", "leave data_path out"),
+    ),
+    eval_case(
         "hf={corpus}/nothing-here",
         "data_path={corpus}",
         expected=("could not load its config", "pass a local folder"),

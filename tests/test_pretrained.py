@@ -3,9 +3,11 @@
 Tiny random models of four architectures are saved to folders and loaded back through
 `from_pretrained` (the path a hub id takes, without the hub). Checked: poslab's scorer gives the
 model's own `labels=` loss token for token; poslab's eval-time frequencies on the model give the
-logits of HF's own `rope_parameters` of the same kind; the command writes the same report files
-as for a poslab checkpoint, never over an earlier evaluation, and compare.py sets the model
-beside trained runs."""
+logits of HF's own `rope_parameters` of the same kind, dynamic_ntk and longrope at each window's
+span; a model shipping HF's `dynamic` or `longrope` is scored as a fresh model scores each
+window, in any order, and refuses eval-time options naming the one to unset; the command writes
+the same report files as for a poslab checkpoint, never over an earlier evaluation, and
+compare.py sets the model beside trained runs."""
 
 from __future__ import annotations
 
@@ -16,12 +18,20 @@ import torch
 from conftest import run_in_process
 from hf_models import ARCHITECTURES, CONTEXT, hf_model, tokenizer_for
 
+from poslab.errors import ConfigError
 from poslab.losses import linear_token_nll
 from poslab.positions.rope_scaling import RopeScaling
-from poslab.pretrained import PretrainedLM, encode_text, rotary_state
+from poslab.pretrained import (
+    PretrainedLM,
+    encode_text,
+    load_pretrained,
+    models_per_length,
+    rotary_state,
+)
 from poslab.tiny_hf import FREQUENCY_KINDS, frequency_kind
 
 ROTARY = [a for a in ARCHITECTURES if a != "gpt2"]
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +93,89 @@ def test_the_trained_frequencies_come_back_after_a_scaled_length(vocab):
         before = plain(ids)
         wrapped(model, RopeScaling(kind="pi", factor=4.0, train_length=CONTEXT))(ids)
         torch.testing.assert_close(plain(ids), before, atol=0, rtol=0)
+
+
+# the kinds whose frequencies read the length: dynamic NTK and LongRoPE, HF's `dynamic` and
+# `longrope` (made-up per-pair factors), each at the factor FACTOR gives it
+READS_LENGTH = ("dynamic_ntk", "longrope")
+# forwards in the order an evaluation may run them: (wrapper length, tokens). Shorter and longer
+# than the context, a length again after a longer one (HF's dynamic keeps the longest input's
+# frequencies between calls), two batches in a row, and a split's last, shorter window (40
+# tokens through the wrapper of 128)
+FORWARDS = [(16, 16), (64, 64), (64, 64), (16, 16), (128, 128), (64, 64), (128, 40), (32, 32)]
+
+
+def pairs_of(model) -> int:
+    return rotary_state(model, "tiny", None, CONTEXT).inv_freq[0].shape[-1]
+
+
+@pytest.mark.parametrize("kind", READS_LENGTH)
+def test_a_model_that_ships_a_rotary_reading_the_length_is_scored_as_a_fresh_model_scores_it(
+    kind, corpus, vocab, tmp_path
+):
+    """A model saved with HF's own `dynamic` or `longrope` rope_parameters, evaluated as shipped
+    through eval.py's loader: every forward gives a fresh HF model's logits, whatever ran
+    before (neither poslab nor HF's own state between calls leaks into a later window)."""
+    _, theirs = frequency_kind(kind, FACTOR[kind], pairs_of(hf_model("llama", vocab)))
+    folder = tmp_path / kind
+    hf_model("llama", vocab, **theirs).save_pretrained(folder)
+    tokenizer_for(corpus).save_pretrained(folder)
+    model = load_pretrained(str(folder), CPU, "32-true")[0]
+    (rotary,) = [m for m in model.modules() if hasattr(m, "original_inv_freq")]
+    trained = rotary.original_inv_freq.clone()
+    models = models_per_length(model, "tiny", None, [16, 32, 64, 128], CONTEXT, CPU)
+    ids = torch.randint(0, vocab, (2, 128), generator=torch.Generator().manual_seed(4))
+    for length, tokens in FORWARDS:
+        fresh = hf_model("llama", vocab, **theirs)  # the same weights (seed)
+        with torch.inference_mode():
+            expected = fresh(input_ids=ids[:, :tokens]).logits
+            got = models[length](ids[:, :tokens])
+        gap = float((got - expected).abs().max())
+        assert gap < 1e-5, (length, tokens, gap)
+    assert torch.equal(rotary.original_inv_freq, trained)
+
+
+@pytest.mark.parametrize("kind", READS_LENGTH)
+def test_frequency_kinds_that_read_the_length_follow_each_windows_span(kind, vocab):
+    """dynamic_ntk and longrope through the rotary module read each window's span, as poslab's
+    own Rotary and the attention hook do: a split's last, shorter window at a length gets the
+    frequencies HF's own kind gives a fresh model on that window, not the nominal length's."""
+    model = hf_model("llama", vocab)
+    ours, theirs = frequency_kind(kind, FACTOR[kind], pairs_of(model))
+    length = 4 * CONTEXT
+    scored = models_per_length(model, "tiny", ours, [length], CONTEXT, CPU)[length]
+    ids = torch.randint(0, vocab, (2, length), generator=torch.Generator().manual_seed(5))
+    for tokens in (length, 40, 20, length):
+        with torch.inference_mode():
+            expected = hf_model("llama", vocab, **theirs)(input_ids=ids[:, :tokens]).logits
+            got = scored(ids[:, :tokens])
+        gap = float((got - expected).abs().max())
+        assert gap < 2e-5, (tokens, gap)
+
+
+@pytest.mark.parametrize(
+    ("options", "asked", "undo"),
+    [
+        ({"kind": "none", "logn": True}, "eval.logn_scaling=true", "set eval.logn_scaling=false"),
+        (
+            {"kind": "pi", "factor": 2.0},
+            "eval.rope_scaling.kind=pi",
+            "set eval.rope_scaling.kind=none",
+        ),
+    ],
+)
+def test_a_model_that_ships_a_scaled_rotary_refuses_eval_time_options_naming_the_one_to_unset(
+    options, asked, undo, vocab
+):
+    model = hf_model("llama", vocab, rope_type="dynamic", factor=2.0)
+    with pytest.raises(ConfigError) as err:
+        models_per_length(model, "tiny", options, [2 * CONTEXT], CONTEXT, CPU)
+    message = str(err.value)
+    assert message.startswith(f"{asked}: hf=tiny already ships rope_type=dynamic"), message
+    assert undo in message and "to evaluate it as shipped" in message
+    if options["kind"] == "none":  # not the option the user already set
+        assert "eval.rope_scaling.kind=none" not in message
+    assert "\n" not in message
 
 
 def test_encoded_text_carries_every_word_and_byte_once(corpus):

@@ -18,12 +18,13 @@ import math
 import pytest
 import torch
 from conftest import contract_problems, run_in_process
-from hf_models import CONTEXT, tokenizer_for
+from hf_models import CONTEXT, hf_model, tokenizer_for
 
 from poslab.errors import ConfigError
 from poslab.positions.rope_scaling import RopeScaling
 from poslab.pretrained import (
     PretrainedLM,
+    check_hook,
     hooked_model,
     load_pretrained,
     models_per_length,
@@ -152,13 +153,13 @@ def test_mistral_keeps_its_sliding_window_under_the_hook(corpus, tmp_path):
     assert (unwindowed - own).abs().max() > 1e-2
 
 
-def test_a_model_whose_attention_the_hook_does_not_reproduce_is_one_line(corpus, tmp_path):
-    """Cohere rotates interleaved pairs (dims 2i, 2i+1), the hook HF's rotate_half pairs: the
-    probe catches it before any scoring."""
+def cohere_config(vocab_size: int):  # -> CohereConfig
+    """A tiny Cohere: rotary over interleaved pairs (dims 2i, 2i+1), where the hook rotates
+    HF's rotate_half pairs."""
     from transformers import CohereConfig
 
-    config = CohereConfig(
-        vocab_size=len(tokenizer_for(corpus)),
+    return CohereConfig(
+        vocab_size=vocab_size,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
@@ -170,6 +171,12 @@ def test_a_model_whose_attention_the_hook_does_not_reproduce_is_one_line(corpus,
         pad_token_id=None,
         initializer_range=0.2,
     )
+
+
+def test_a_model_whose_attention_the_hook_does_not_reproduce_is_one_line(corpus, tmp_path):
+    """Cohere rotates interleaved pairs, the hook HF's rotate_half pairs: the probe catches it
+    before any scoring."""
+    config = cohere_config(len(tokenizer_for(corpus)))
     model = saved_and_loaded(config, corpus, tmp_path / "cohere")
     options = {"kind": "selfextend", "logn": False}
     with pytest.raises(ConfigError) as err:
@@ -178,6 +185,21 @@ def test_a_model_whose_attention_the_hook_does_not_reproduce_is_one_line(corpus,
     assert "does not reproduce its logits" in message and "Llama" in message
     assert message.startswith("eval.rope_scaling.kind=selfextend: hf=cohere")
     assert "\n" not in message
+
+
+def test_the_hooks_probe_with_bf16_weights_passes_the_models_it_serves_and_no_other(corpus):
+    """With bf16 weights (a GPU under bf16-mixed) the hook and the model round differently in
+    every layer: the probe's RMS criterion lets that pass and still refuses Cohere."""
+    from transformers import AutoModelForCausalLM
+
+    vocab = len(tokenizer_for(corpus))
+    for arch in ROTARY:
+        model = hf_model(arch, vocab).to(torch.bfloat16)
+        check_hook(PretrainedLM(model, arch, None), CONTEXT, CPU, "eval.logn_scaling=true")
+    torch.manual_seed(0)
+    cohere = AutoModelForCausalLM.from_config(cohere_config(vocab)).eval().to(torch.bfloat16)
+    with pytest.raises(ConfigError, match="does not reproduce its logits .RMS gap 0.3"):
+        check_hook(PretrainedLM(cohere, "cohere", None), CONTEXT, CPU, "eval.logn_scaling=true")
 
 
 def test_eval_py_with_rerope_on_a_pretrained_model_writes_the_reports(

@@ -149,8 +149,24 @@ def tokenize(
     return ids, answer
 
 
+def too_short(task: Task, length: int, tokens: int, source: str | None) -> ConfigError:
+    """The line for an evaluation length shorter than the task's shortest example (`tokens`
+    model tokens) in the tokens of hf=`source` (None: "this model")."""
+    model = "this model's" if source is None else f"hf={source}'s"
+    return ConfigError(
+        f"eval length {length} is too short for the {task.name} task in {model} tokens: its "
+        f"shortest example takes {tokens}; evaluate longer lengths (eval.lengths=[...] or "
+        "eval.factors=[...])"
+    )
+
+
 def fitted(
-    task: Task, length: int, make: Callable[[int], Example], tokenizer: Any, start: int
+    task: Task,
+    length: int,
+    make: Callable[[int], Example],
+    tokenizer: Any,
+    start: int,
+    source: str | None = None,
 ) -> Rendered:
     """The example `make(n)` of the largest task length n whose tokens fit in `length` + 1
     (one more word does not fit): a search that steps by the example's tokens per word and
@@ -166,11 +182,7 @@ def fitted(
     lo = task.min_length()
     best = attempt(lo)
     if len(best.ids) > budget:
-        raise ConfigError(
-            f"eval length {length} is too short for the {task.name} task in this model's tokens: "
-            f"its shortest example takes {len(best.ids) - 1}; evaluate longer lengths "
-            "(eval.lengths=[...] or eval.factors=[...])"
-        )
+        raise too_short(task, length, len(best.ids) - 1, source)
     hi: int | None = None  # the smallest task length known not to fit
     last_n, last_tokens = lo, len(best.ids)
     for step in range(200):  # bounded: each try narrows (lo, hi) or lengthens lo by 1/8
@@ -209,7 +221,8 @@ def rendered_batches(plan: EvalPlan, length: int) -> list[tuple[dict | None, lis
     batches = []
     for c, condition in enumerate(task.conditions()):
         made = [maker(c * count + i, condition) for i in range(count)]
-        batches.append((condition, [fitted(task, length, m, plan.tokenizer, start) for m in made]))
+        fits = [fitted(task, length, m, plan.tokenizer, start, plan.source) for m in made]
+        batches.append((condition, fits))
     return batches
 
 
@@ -224,11 +237,7 @@ def check_lengths_fit(plan: EvalPlan) -> None:
         text, spans = render(task, task.example(task.min_length(), rng, task.conditions()[0]))
         ids, _ = tokenize(plan.tokenizer, text, spans, start)
         if len(ids) > length + 1:
-            raise ConfigError(
-                f"eval length {length} is too short for the {task.name} task in hf="
-                f"{plan.source}'s tokens: its shortest example takes {len(ids) - 1}; evaluate "
-                "longer lengths (eval.lengths=[...] or eval.factors=[...])"
-            )
+            raise too_short(task, length, len(ids) - 1, plan.source)
 
 
 def score_rendered_length(plan: EvalPlan, row: dict, bar: Any) -> dict:

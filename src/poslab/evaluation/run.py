@@ -243,19 +243,15 @@ def checked_cache(plan: EvalPlan, cache: TokenCache | None, data_path: str | Non
 
 
 def pretrained_split(plan: EvalPlan, data_path: str | None) -> tuple[TokenizedSplit, int | None]:
-    """eval.split of the corpus at `data_path`, tokenized by the pretrained model's tokenizer,
-    and the eval.max_tokens cap where it cut the split."""
+    """eval.split of the corpus at `data_path` (run_pretrained_eval refused hf= without one
+    before loading), tokenized by the pretrained model's tokenizer, and the eval.max_tokens cap
+    where it cut the split."""
     import os
 
     from poslab.data.corpus import load_corpus
     from poslab.pretrained import encode_text, start_token
 
     eval_cfg = plan.eval_cfg
-    if not data_path:
-        raise ConfigError(
-            f"hf={plan.source} needs a corpus: pass data_path=DIR (train.txt, valid.txt, "
-            "test.txt; e.g. data_path=../shared/data/wikitext-2)"
-        )
     cache_dir = os.environ.get("POSLAB_CACHE", ".cache/poslab")
     lines = load_corpus(None, None, data_path, cache_dir).lines
     if eval_cfg.split not in lines:
@@ -356,11 +352,19 @@ def run_pretrained_eval(cfg: DictConfig) -> list[dict]:
     from poslab.names import pretrained_folder
 
     task = task_of_command(cfg)  # data=<task>: a generated task instead of a corpus
-    if task is None and not cfg.data_path and not cfg.eval.get("documents"):  # before loading
+    # what the model is scored on, checked before loading
+    documents = cfg.eval.get("documents")
+    if task is None and not cfg.data_path and not documents:
         raise ConfigError(
             f"hf={cfg.hf} needs a corpus: pass data_path=DIR (train.txt, valid.txt, test.txt; "
             "e.g. data_path=../shared/data/wikitext-2), eval.documents=PATH (long documents), "
             "or data=needle for a generated task"
+        )
+    if documents and cfg.data_path:  # a run's data_path gives its tokenizer; hf= has its own
+        raise ConfigError(
+            f"data_path={cfg.data_path}: eval.documents={documents} is the text hf={cfg.hf} is "
+            "scored on (read with its own tokenizer), no corpus is read; leave data_path out, "
+            "or eval.documents to score the corpus"
         )
     context = cfg.get("hf_context")
     plan = plan_pretrained(str(cfg.hf), context, cfg.eval, bool(cfg.wandb and cfg.eval.log_wandb))
