@@ -237,3 +237,15 @@ def test_rename_and_only_choose_and_order_the_rows(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert exit_info.value.code == 2 and err.count("\n") == 0 and said in err, err
         assert not (tmp_path / "o2").exists()
+
+
+def test_a_row_whose_label_holds_an_equals_sign_can_be_renamed_and_swapped():
+    from poslab.evaluation.compare import chosen_rows
+
+    rows = [{"scheme": s} for s in ("rope [pos.base=100]", "rope", "t5")]
+    # ROW is the longest label before an "=": the label's own "=" does not split it
+    renamed = chosen_rows(rows, ["rope [pos.base=100]=rope, base 100", "t5=t5 [md=32]"], None)
+    assert [r["scheme"] for r in renamed] == ["rope, base 100", "rope", "t5 [md=32]"]
+    # renames apply at once: two rows can trade names
+    swapped = chosen_rows(rows, ["rope=rope [pos.base=100]", "rope [pos.base=100]=rope"], None)
+    assert [r["scheme"] for r in swapped] == ["rope", "rope [pos.base=100]", "t5"]

@@ -633,10 +633,28 @@ def mode_differences(rows: list[dict], mode: str, base_mode: str = "nonoverlappi
     )
 
 
-def chosen_rows(rows: list[dict], rename: dict[str, str], only: list[str] | None) -> list[dict]:
-    """`rows` with labels renamed, then (with `only`) just the named rows in that order; a name
-    that is no row is a ConfigError listing the rows."""
+def split_renames(pairs: list[str], labels: list[str]) -> dict[str, str]:
+    """`--rename ROW=NAME` pairs as {ROW: NAME}. A row's label may hold "=" itself
+    (`rope [pos.base=100]`), so ROW is the longest text before an "=" that is a label; where
+    none is, the text before the first "=" (which the caller then reports as no such row)."""
+    rename = {}
+    for pair in pairs:
+        cuts = [i for i, c in enumerate(pair) if c == "="]
+        known = [i for i in cuts if pair[:i] in labels]
+        cut = max(known) if known else cuts[0]
+        rename[pair[:cut]] = pair[cut + 1 :]
+    return rename
+
+
+def chosen_rows(
+    rows: list[dict], rename: dict[str, str] | list[str], only: list[str] | None
+) -> list[dict]:
+    """`rows` with labels renamed (a {ROW: NAME} map, or `--rename` pairs "ROW=NAME"), then
+    (with `only`) just the named rows in that order; a name that is no row is a ConfigError
+    listing the rows."""
     labels = list(dict.fromkeys(r["scheme"] for r in rows))
+    if isinstance(rename, list):
+        rename = split_renames(rename, labels)
     for old in rename:
         if old not in labels:
             raise ConfigError(
@@ -661,7 +679,7 @@ def compare(
     out: str | Path,
     title: str | None = None,
     baseline: str | None = None,
-    rename: dict[str, str] | None = None,
+    rename: dict[str, str] | list[str] | None = None,
     only: list[str] | None = None,
 ) -> list[dict]:
     """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows. With
@@ -766,11 +784,8 @@ def main(argv: list[str] | None = None) -> None:
         help="keep only this row (its label after --rename); repeatable, kept in that order",
     )
     args = parser.parse_args(argv)
-    rename = {}
-    for pair in args.rename:
-        old, sep, new = pair.partition("=")
-        if not sep or not old or not new:
+    for pair in args.rename:  # which "=" splits ROW from NAME is decided by the rows' labels
+        if "=" not in pair.strip("="):
             parser.error(f"--rename {pair!r}: write ROW=NAME")
-        rename[old] = new
     out = args.out or default_out(args.paths)
-    compare(args.paths, out, args.title, args.baseline, rename, args.only)
+    compare(args.paths, out, args.title, args.baseline, args.rename, args.only)
