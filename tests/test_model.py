@@ -177,6 +177,12 @@ NAMED_ON_PURPOSE = {
     "poslab.export",
     # an HF model's rotary module, where eval-time frequency kinds reach it
     "poslab.pretrained",
+    # the attention hook that gives HF rotary models the eval-time kinds that change attention
+    # (rerope, selfextend, lminfinite, log-n)
+    "poslab.pretrained_attention",
+    # tiny HF models with HF's own rope_parameters of each kind, and float64 references of the
+    # kinds' formulas: parity tests and scripts/pretrained_parity.py
+    "poslab.tiny_hf",
 }
 GENERIC_MODULES = [m for m in _generic_modules() if m not in NAMED_ON_PURPOSE]
 
