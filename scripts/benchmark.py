@@ -41,7 +41,6 @@ import argparse
 import logging
 import shlex
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -52,7 +51,7 @@ from bench.memory import serve_memory
 from bench.report import check_targets, render_markdown
 from bench.run import run_benchmark
 
-from poslab.arguments import OneLineParser, check_writable
+from poslab.arguments import OneLineParser, at_least, check_writable
 from poslab.build import build_scheme, gpt_config_of
 from poslab.errors import ConfigError, exit_on_config_error
 from poslab.instantiate import instantiate_checked
@@ -67,21 +66,6 @@ __all__ = [
     "render_markdown",
     "run_benchmark",
 ]
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse `type`: a whole number ≥ `minimum` (else argparse's one-line error)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be ≥ {minimum} (got {value})")
-        return value
-
-    return parse
 
 
 def device_arg(text: str) -> str:

@@ -50,8 +50,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from poslab.arguments import OneLineParser, check_writable
+from poslab.arguments import OneLineParser, at_least, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
+from poslab.precision import cpu_name
 from poslab.tiny_hf import ARCHITECTURES, CONTEXT, FREQUENCY_KINDS, HOOK_LENGTH, NEUTRAL, TRICKS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -438,13 +439,7 @@ def export_part(tally: Tally, work: Path) -> Table:
 
 
 def machine() -> list[str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    cpu = cpu_name()
     import tokenizers
     import transformers
 
@@ -487,21 +482,6 @@ def command_line(argv: list[str] | None) -> str:
     threads = os.environ.get("OMP_NUM_THREADS")
     prefix = [f"OMP_NUM_THREADS={threads}"] if threads else []
     return " ".join([*prefix, shlex.join(["python", "scripts/pretrained_parity.py", *args])])
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse `type`: a whole number ≥ `minimum` (else argparse's one-line error)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be ≥ {minimum} (got {value})")
-        return value
-
-    return parse
 
 
 def parser() -> argparse.ArgumentParser:

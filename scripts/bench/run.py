@@ -31,6 +31,7 @@ from bench.timing import (
     train_flops_per_token,
 )
 from poslab.build import build_model
+from poslab.precision import cpu_name
 
 
 @dataclass
@@ -76,13 +77,7 @@ class Report:
 
 
 def machine_info(setup: Setup) -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    cpu = cpu_name()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     info = {
         "CPU": f"{cpu}, {os.cpu_count()} logical CPUs ({usable} usable), "

@@ -9,9 +9,25 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from poslab.errors import ConfigError
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse `type`: a whole number ≥ `minimum` (else argparse's one-line error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be ≥ {minimum} (got {value})")
+        return value
+
+    return parse
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -40,6 +40,18 @@ def _matmul_gflops(dtype: torch.dtype, size: int = 384, repeats: int = 3) -> flo
     return 2 * size**3 / best / 1e9
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what platform knows of it."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else platform.processor() or platform.machine()
+
+
 def cpu_has_bf16_instructions() -> bool | None:
     """True/False from the Linux CPU flags (AMX-BF16 or AVX512-BF16); None where unreadable."""
     try:
