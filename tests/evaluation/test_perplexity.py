@@ -140,3 +140,19 @@ def test_long_length_memory_stays_linear(monkeypatch):
     model.pos.attention_bias = spy
     score(model, data, 4096, progress=False)
     assert calls and max(s[1] for s in calls) <= 256 and max(s[2] for s in calls) == 4096
+
+
+@pytest.mark.parametrize("mode", ["nonoverlapping", "sliding"])
+def test_scoring_records_no_graph(mode):
+    """Evaluation builds no autograd graph: with one, a 16·L window keeps every activation of
+    every layer (a DAPE or CoPE model at 4,096 tokens then needs > 14 GB instead of ~4). A
+    forward hook on the real model sees whether inference mode is on."""
+    model = tiny_model(Rotary).train()  # parameters that require gradients, as after training
+    seen: list[tuple[bool, bool]] = []
+    model.blocks[0].register_forward_hook(
+        lambda module, args, out: seen.append(
+            (torch.is_inference_mode_enabled(), out.requires_grad)
+        )
+    )
+    score(model, toy_split(), 16, mode, 8 if mode == "sliding" else None, progress=False)
+    assert seen and all(inference and not grad for inference, grad in seen), seen

@@ -115,7 +115,6 @@ def default_batch_tokens(device: torch.device) -> int:
     return 65536 if device.type == "cuda" else 8192
 
 
-@torch.inference_mode()
 def batched(windows: list[Window], batch_size: int) -> list[list[Window]]:
     """Batches of at most `batch_size` windows of equal length and equal context (one forward
     pass each)."""
@@ -148,6 +147,7 @@ def window_nll(
     )
 
 
+@torch.inference_mode()  # no graph: evaluation at 16·L would otherwise keep every activation
 def score(
     model: GPT,
     data: TokenizedSplit,
