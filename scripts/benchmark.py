@@ -46,15 +46,14 @@ from pathlib import Path
 import torch
 
 # the parts live in scripts/bench/ (sys.path[0] is this script's folder)
-from bench.configs import REPO, Options, available_schemes, config_names, scheme_config
+from bench.configs import REPO, Options, available_schemes, config_names
 from bench.memory import serve_memory
+from bench.plan import kernel_choices, plan
 from bench.report import check_targets, render_markdown
 from bench.run import run_benchmark
 
 from poslab.arguments import OneLineParser, at_least, check_writable
-from poslab.build import build_scheme, gpt_config_of
-from poslab.errors import ConfigError, exit_on_config_error
-from poslab.instantiate import instantiate_checked
+from poslab.errors import exit_on_config_error
 from poslab.precision import PRECISIONS
 
 # what tests and notebooks use of the benchmark, besides main
@@ -104,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         rounds=args.rounds,
         schemes=list(dict.fromkeys(args.schemes)),
         precision=args.precision,
-        attention=args.attention,
+        attention=list(dict.fromkeys(args.attention)),
         device=args.device,
         peer=args.peer,
         compile=args.compile,
@@ -148,9 +147,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default=defaults.precision, choices=PRECISIONS)
     p.add_argument(
         "--attention",
+        nargs="+",
         default=defaults.attention,
-        choices=config_names("attention"),
-        help="conf/attention/<name>.yaml (all schemes)",
+        choices=kernel_choices(),
+        metavar="KERNEL",
+        help="all (default): every kernel of conf/attention that serves each scheme, the "
+        "scheme's `auto` pick in the full tables; or kernels by name, the first in the full "
+        "tables, each serving every scheme",
     )
     p.add_argument("--device", type=device_arg, default=defaults.device, help="cpu or cuda[:N]")
     p.add_argument("--peer", action="store_true", help="also time x-transformers")
@@ -161,29 +164,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def check_options(options: Options) -> None:
-    """What would fail part-way through the benchmark, found before any work: a scheme that the
-    attention kernel cannot serve or that cannot represent 16·L positions, a kernel that cannot
-    train on the device, a report path that cannot be written."""
-    on_gpu = torch.device(options.device).type == "cuda"
-    for scheme in options.schemes:
-        config = scheme_config(
-            options.model, scheme, options.seq_len, options.max_len, options.attention
-        )
-        try:
-            pos = build_scheme(config["pos"], gpt_config_of(config, options.vocab))
-            kernel = instantiate_checked(config["attention"])
-            kernel.check(pos, 0.0)  # dropout 0: scheme_config sets it
-            pos.check_length(options.max_len - 1)
-        except ConfigError as err:
-            raise ConfigError(
-                f"--schemes {scheme} with --attention {options.attention} (model "
-                f"{options.model}, L={options.seq_len}): {err}"
-            ) from None
-        if not kernel.trains_on_cpu and not on_gpu:
-            raise ConfigError(
-                f"--attention {options.attention} trains on CUDA GPUs only (no backward pass on "
-                "CPUs); use --attention sdpa (or auto), or --device cuda on a GPU machine"
-            )
+    """What would fail part-way through the benchmark, found before any work: a scheme that a
+    named kernel cannot serve or that cannot represent 16·L positions, a named kernel that
+    cannot train on the device, a report path that cannot be written."""
+    plan(options)
     if options.out:
         check_writable(options.out, "--out", folder=False)
 

@@ -57,14 +57,111 @@ def test_tiny_benchmark_reports_positive_finite_numbers(bench, one_thread) -> No
     assert report.peak_flops > 0 and math.isfinite(report.peak_flops)
     for r in report.results:
         stats = [r.train, r.train_long, *r.eval.values()]
-        values = [s.median for s in stats] + [report.mfu(r, r.train)]
+        values = [s.median for s in stats] + [report.mfu(r, r.train), report.eval_mfu(r, 16)]
         values += [r.train_mem["bytes"], r.eval_mem["bytes"]]
         assert all(math.isfinite(v) and v > 0 for v in values), (r.scheme, values)
+    # --attention all (the default): every other kernel that serves each scheme, timed too
+    rows = {(r.scheme, r.serving) for r in report.kernel_rows}
+    assert rows == {
+        ("nope", "blockwise"),
+        ("nope", "linear"),
+        ("nope", "stick_breaking"),
+        ("alibi", "blockwise"),
+        ("alibi", "stick_breaking"),
+    }
+    for r in report.kernel_rows:
+        values = [r.train.median, r.eval[1].median, r.eval[16].median]
+        assert all(math.isfinite(v) and v > 0 for v in values), (r.scheme, r.kernel, values)
+    # flex serves both but has no CPU backward: listed, not timed
+    assert {(u.scheme, u.kernel) for u in report.untimed} == {("nope", "flex"), ("alibi", "flex")}
     md = bench.render_markdown(report, explain=True)
-    for heading in ("### Training at L=8", "### Evaluation", "### Targets"):
+    for heading in (
+        "### Training at L=8",
+        "### Evaluation",
+        "### Every kernel that serves each scheme",
+        "### Targets",
+    ):
         assert heading in md
+    assert "| alibi | stick_breaking |" in md and "| nope | auto → sdpa |" in md
+    assert "`flex` serves nope, alibi but trains on CUDA only" in md
     assert "`pytest`" in md and "alibi" in md
     # every target has a verdict; the run is not the targets' conditions, and says so
     targets = bench.check_targets(report)
     assert {t.met for t in targets} <= {True, False, None}
     assert "indicative only" in md
+
+
+def options(bench, **changes):
+    """Tiny options for the checks that build no job."""
+    base = dict(model="tiny", seq_len=8, vocab=64, device="cpu", out="", command="pytest")
+    return bench.Options(**{**base, **changes})
+
+
+def test_every_kernel_that_serves_a_scheme_is_planned(bench) -> None:
+    from bench.plan import plan
+
+    pairs, untimed = plan(options(bench, schemes=["cope", "rope", "ssmax"]))
+    kernels = {(p.scheme, p.serving, p.main) for p in pairs}
+    assert kernels == {
+        # cope needs the scores: blockwise alone serves it, and auto picks it
+        ("cope", "blockwise", True),
+        ("rope", "sdpa", True),
+        ("rope", "blockwise", False),
+        ("rope", "linear", False),
+        ("rope", "stick_breaking", False),
+        # linear attention cannot take SSMax's temperature, so it is no row of ssmax
+        ("ssmax", "sdpa", True),
+        ("ssmax", "blockwise", False),
+        ("ssmax", "stick_breaking", False),
+    }
+    assert [p.scheme for p in pairs if p.main] == ["cope", "rope", "ssmax"]
+    assert {(u.scheme, u.kernel) for u in untimed} == {("rope", "flex"), ("ssmax", "flex")}
+
+
+def test_named_kernels_must_serve_every_scheme(bench) -> None:
+    from bench.plan import plan
+
+    from poslab.errors import ConfigError
+
+    pairs, _ = plan(options(bench, schemes=["rope"], attention=["blockwise", "sdpa", "auto"]))
+    # auto picks sdpa here: one row, not two
+    assert [(p.serving, p.main) for p in pairs] == [("blockwise", True), ("sdpa", False)]
+    with pytest.raises(ConfigError, match="--schemes cope with --attention sdpa"):
+        plan(options(bench, schemes=["rope", "cope"], attention=["sdpa"]))
+
+
+def test_schemes_below_target_are_profiled_against_nope(bench, one_thread) -> None:
+    """A real profile of one step of each; the page lists the ops with the most extra time."""
+    from bench.run import profile_slow_schemes
+
+    report = bench.run_benchmark(
+        options(
+            bench,
+            batch_size=2,
+            steps=1,
+            warmup=1,
+            rounds=1,
+            schemes=["nope", "fire"],
+            attention=["auto"],
+            eval_batches=1,
+            max_matmul=256,
+            memory=False,
+        )
+    )
+    nope, fire = report.results
+    assert not report.kernel_rows
+    # make fire slower than the target on paper, so that it is profiled whatever the timings
+    fire.train.samples = [0.5 * bench_target() * nope.train.median]
+    profile_slow_schemes(report.results, lambda msg: None)
+    assert fire.profile and nope.profile
+    assert all(ms >= 0 for ms in fire.profile.values())
+    assert any("mm" in op or "linear" in op for op in fire.profile)
+    md = bench.render_markdown(report)
+    assert "### Why: the schemes below 0.9× nope, profiled" in md
+    assert "| op | fire ms | nope ms | extra ms |" in md
+
+
+def bench_target() -> float:
+    from bench.configs import TARGET_VS_NOPE
+
+    return TARGET_VS_NOPE

@@ -17,6 +17,10 @@ CONF = REPO / "src" / "poslab" / "conf"
 DEFAULT_OUT = REPO / "outputs" / "benchmarks.md"
 EVAL_FACTORS = (1, 4, 16)  # evaluation lengths, as multiples of the training length L
 REFERENCE = "nope"  # the "vs nope" column: no positional work at all is the floor to compare to
+# training tok/s ≥ this × nope for every scheme (issue #26); a scheme below it is profiled
+TARGET_VS_NOPE = 0.9
+ALL_KERNELS = "all"  # --attention all: every kernel that serves a scheme
+DEFAULT_KERNEL = "auto"  # what training uses unless attention= says otherwise
 
 
 def available_schemes() -> list[str]:
@@ -60,7 +64,9 @@ class Options:
     rounds: int = 3
     schemes: list[str] = field(default_factory=available_schemes)
     precision: str = "auto"
-    attention: str = "auto"  # conf/attention/<name>.yaml for every scheme
+    # conf/attention/<name>.yaml: ["all"] = every kernel that serves each scheme (the scheme's
+    # `auto` pick is its main row); else these kernels, the first one the main row
+    attention: list[str] = field(default_factory=lambda: [ALL_KERNELS])
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     peer: bool = False
     compile: bool = False
@@ -73,3 +79,24 @@ class Options:
     @property
     def max_len(self) -> int:
         return max(EVAL_FACTORS) * self.seq_len
+
+
+@dataclass
+class Pairing:
+    """One (scheme, kernel) of a run. `kernel` is the conf/attention name the model is built
+    with, `serving` the kernel that computes (what `auto` resolves to, else `kernel`); `main`:
+    the scheme's row in the full tables (default kernel), else a row of the kernel table."""
+
+    scheme: str
+    kernel: str
+    serving: str
+    main: bool
+
+
+@dataclass
+class Untimed:
+    """A kernel that serves a scheme but cannot be timed here, and why."""
+
+    scheme: str
+    kernel: str
+    reason: str

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench.timing import LossFn
+from poslab.positions.t5 import auto_max_distance
 
 
 def peer_kwargs(scheme: str, config: dict[str, Any]) -> tuple[dict, dict, str] | str:
@@ -41,14 +42,36 @@ def peer_kwargs(scheme: str, config: dict[str, Any]) -> tuple[dict, dict, str] |
         layers.update(rotary_pos_emb=True, rotary_emb_dim=round(head_dim * pos.get("fraction", 1)))
     elif scheme == "alibi":
         layers["alibi_pos_bias"] = True
+    elif scheme == "xpos":
+        layers.update(
+            rotary_xpos=True,
+            rotary_emb_dim=round(head_dim * pos.get("fraction", 1)),
+            rotary_xpos_scale_base=pos.get("scale_base", 512),
+        )
     elif scheme == "t5":
+        buckets = pos.get("num_buckets", 32)
+        max_distance = pos.get("max_distance", 128)
+        if max_distance == "auto":
+            max_distance = auto_max_distance(pos.get("train_length"), buckets)
+        if buckets > max_distance:
+            return (
+                f"x-transformers requires num_buckets ≤ max_distance (here {buckets} > "
+                f"{max_distance}, `auto` at L={pos.get('train_length')})"
+            )
         layers.update(
             rel_pos_bias=True,
-            rel_pos_num_buckets=pos.get("num_buckets", 32),
-            rel_pos_max_distance=pos.get("max_distance", 128),
+            rel_pos_num_buckets=buckets,
+            rel_pos_max_distance=max_distance,
             attn_flash=False,  # x-transformers refuses flash with rel_pos_bias
         )
         note = "x-transformers' T5 bias cannot use SDPA (it asserts), so it runs its einsum path"
+    elif scheme == "cope":
+        layers.update(attn_use_cope=True, attn_cope_max_pos=pos.get("npos", 64), attn_flash=False)
+        note = "x-transformers' CoPE cannot use SDPA (it asserts), so it runs its einsum path"
+    elif scheme == "fox":
+        # the forgetting transformer's data-dependent alibi (x-transformers' reference of FoX)
+        layers.update(attn_data_dependent_alibi=True)
+        note = "data_dependent_alibi: its forget-gate bias, a dense (T, T) bias through SDPA"
     else:
         return f"x-transformers has no equivalent of `{scheme}`"
     return wrapper, layers, note

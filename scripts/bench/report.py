@@ -10,14 +10,13 @@ from typing import Any
 
 import torch
 
-from bench.configs import EVAL_FACTORS, REFERENCE, Options
+from bench.configs import ALL_KERNELS, EVAL_FACTORS, REFERENCE, TARGET_VS_NOPE, Options
 from bench.memory import memory_cell
-from bench.run import Report
+from bench.run import Report, SchemeResult
 from bench.timing import Stat
 
 # the project's targets for speed and memory (docs/benchmarks.md checks each)
 TARGET_VS_PEER = 1.2
-TARGET_VS_NOPE = 0.95
 TARGET_MFU = 0.60
 TARGET_EVAL_OVER_TRAIN = 3.0
 TARGET_MEM_BYTES = 2e9
@@ -62,7 +61,7 @@ def render_header(report: Report) -> list[str]:
     lines = [
         f"- **date**: {report.date}; the run took {report.seconds / 60:.1f} min",
         f"- **command**: `{o.command}`",
-        f"- **attention**: `{o.attention}`",
+        f"- **attention**: {attention_line(o)}",
     ]
     lines += [f"- **{k}**: {v}" for k, v in report.machine.items()]
     lines += [
@@ -87,11 +86,111 @@ def render_header(report: Report) -> list[str]:
     return lines
 
 
+def attention_line(o: Options) -> str:
+    if o.attention == [ALL_KERNELS]:
+        return (
+            "every kernel of conf/attention that serves each scheme (`--attention all`): the "
+            "full tables at the scheme's default (`auto`: sdpa where it serves, else "
+            "blockwise), every other kernel in the kernel table"
+        )
+    named = ", ".join(f"`{k}`" for k in o.attention)
+    return f"{named} (the full tables at the first)"
+
+
+def kernel_cell(r: SchemeResult) -> str:
+    """The kernel a row was built with, and what computed it where that differs (auto's pick)."""
+    if r.serving and r.serving != r.kernel:
+        return f"{r.kernel} → {r.serving}"
+    return r.kernel
+
+
 def render_tables(report: Report) -> list[str]:
     lines = training_table(report)
     if report.options.compile:
         lines += compiled_table(report)
-    return lines + evaluation_table(report)
+    return lines + evaluation_table(report) + kernel_table(report) + profile_tables(report)
+
+
+PROFILE_OPS = 6  # ops shown per profiled scheme
+
+
+def profile_tables(report: Report, top: int = PROFILE_OPS) -> list[str]:
+    """Where each scheme below TARGET_VS_NOPE × nope spends its extra time: the ops of one
+    profiled training step with the most self time beyond nope's."""
+    nope = report.result(REFERENCE)
+    slow = [r for r in report.results if r.profile is not None and r is not nope]
+    if nope is None or nope.profile is None or not slow:
+        return []
+    lines = [
+        "",
+        f"### Why: the schemes below {TARGET_VS_NOPE:g}× nope, profiled",
+        "",
+        "One training step of each under torch.profiler (self time per op, the profiler's own "
+        "overhead alike in both), against one step of nope: the ops that take the extra time.",
+    ]
+    for r in slow:
+        ours, base = r.profile, nope.profile
+        extra = sorted(ours, key=lambda op: ours[op] - base.get(op, 0.0), reverse=True)[:top]
+        lines += [
+            "",
+            f"**{r.scheme}** ({kernel_cell(r)}, {_x(_ratio(r.train, nope.train))} nope): "
+            f"{sum(ours.values()):,.0f} ms per profiled step, nope {sum(base.values()):,.0f} ms",
+            "",
+            f"| op | {r.scheme} ms | nope ms | extra ms |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| `{op}` | {ours[op]:,.1f} | {base.get(op, 0.0):,.1f} "
+            f"| {ours[op] - base.get(op, 0.0):+,.1f} |"
+            for op in extra
+        ]
+    return lines
+
+
+def kernel_table(report: Report) -> list[str]:
+    """Every other kernel that serves each scheme: training at L and evaluation at 1× and 16×
+    L, against the scheme's main row; then the pairs that serve but were not timed here."""
+    if not report.kernel_rows and not report.untimed:
+        return []
+    f_lo, f_hi = EVAL_FACTORS[0], EVAL_FACTORS[-1]
+    L = report.options.seq_len
+    lines = [
+        "",
+        f"### Every kernel that serves each scheme (L={L})",
+        "",
+        "The full tables above time each scheme at its main kernel; here every other kernel "
+        "that serves it, in the same rounds. **vs main**: tok/s ÷ the same scheme's main row.",
+    ]
+    if report.kernel_rows:
+        lines += [
+            "",
+            f"| scheme | kernel | tok/s | MFU | vs main | vs nope | eval tok/s {f_lo}× "
+            f"| eval tok/s {f_hi}× | eval {f_hi}× vs main |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        nope = report.result(REFERENCE)
+        for r in report.kernel_rows:
+            main = report.result(r.scheme)
+            main_train = main.train if main else None
+            main_eval = main.eval.get(f_hi) if main else None
+            lines.append(
+                f"| {r.scheme} | {kernel_cell(r)} | {_tok(r.train)} "
+                f"| {_num(report.mfu(r, r.train), '.1%')} | {_x(_ratio(r.train, main_train))} "
+                f"| {_x(_ratio(r.train, nope.train if nope else None))} "
+                f"| {_tok(r.eval[f_lo])} | {_tok(r.eval[f_hi])} "
+                f"| {_x(_ratio(r.eval[f_hi], main_eval))} |"
+            )
+    if report.untimed:
+        by_reason: dict[tuple[str, str], list[str]] = {}
+        for u in report.untimed:
+            by_reason.setdefault((u.kernel, u.reason), []).append(u.scheme)
+        lines.append("")
+        for (kernel, reason), schemes in by_reason.items():
+            lines.append(
+                f"- `{kernel}` serves {', '.join(schemes)} but {reason}: not timed on this "
+                "device (`--device cuda` on a GPU times it)"
+            )
+    return lines
 
 
 def training_table(report: Report) -> list[str]:
@@ -99,8 +198,8 @@ def training_table(report: Report) -> list[str]:
     o = report.options
     nope = report.result(REFERENCE)
     peer = o.peer
-    head = "| scheme | tok/s | MFU | peak memory | vs nope |"
-    rule = "|---|---:|---:|---:|---:|"
+    head = "| scheme | kernel | tok/s | MFU | peak memory | vs nope |"
+    rule = "|---|---|---:|---:|---:|---:|"
     if peer:
         head += " x-transformers tok/s | vs x-transformers |"
         rule += "---:|---:|"
@@ -108,8 +207,8 @@ def training_table(report: Report) -> list[str]:
     notes = []
     for r in report.results:
         row = (
-            f"| {r.scheme} | {_tok(r.train)} | {_num(report.mfu(r, r.train), '.1%')} "
-            f"| {memory_cell(r.train_mem)} "
+            f"| {r.scheme} | {kernel_cell(r)} | {_tok(r.train)} "
+            f"| {_num(report.mfu(r, r.train), '.1%')} | {memory_cell(r.train_mem)} "
             f"| {_x(_ratio(r.train, nope.train if nope else None))} |"
         )
         if peer:
@@ -166,8 +265,8 @@ def evaluation_table(report: Report) -> list[str]:
         "| scheme | "
         + " | ".join(f"eval tok/s {f}× ({f * seq_len})" for f in EVAL_FACTORS)
         + f" | train tok/s {f_hi}× | eval/train {f_lo}× | eval/train {f_hi}× "
-        f"| peak memory {f_hi}× |",
-        "|---|" + "---:|" * (len(EVAL_FACTORS) + 4),
+        f"| eval MFU {f_lo}× | eval MFU {f_hi}× | peak memory {f_hi}× |",
+        "|---|" + "---:|" * (len(EVAL_FACTORS) + 6),
     ]
     for r in report.results:
         cells = [_tok(r.eval[f]) for f in EVAL_FACTORS]
@@ -175,6 +274,8 @@ def evaluation_table(report: Report) -> list[str]:
             _tok(r.train_long),
             _x(_ratio(r.eval[f_lo], r.train)),
             _x(_ratio(r.eval[f_hi], r.train_long)),
+            _num(report.eval_mfu(r, f_lo), ".1%"),
+            _num(report.eval_mfu(r, f_hi), ".1%"),
             memory_cell(r.eval_mem),
         ]
         lines.append(f"| {r.scheme} | " + " | ".join(cells) + " |")
@@ -328,7 +429,16 @@ How to read this (and how it is measured; `scripts/benchmark.py` has the code):
 - **eval tok/s**: `poslab.evaluation.perplexity.score(..., "nonoverlapping")` on a synthetic
   split at 1×, 4×, 16× L: tokens scored ÷ its own clock. **train tok/s 16×**: the training step
   at 16·L with the same tokens per step (batch·L/(16·L) sequences), so **eval/train 16×**
-  compares the same length; eval/train 1× uses the training row.
+  compares the same length; eval/train 1× uses the training row. **eval MFU**: forward FLOPs
+  per token (a third of training's: 2·(N + d·V) + 2·n_layer·d·T at that length) × eval tok/s
+  ÷ the matmul peak. A forward pass is a third of a step's FLOPs, so eval/train ≥ 3× needs
+  evaluation to run at training's MFU or better.
+- **kernels**: `--attention all` (the default) times every kernel of conf/attention that
+  serves each scheme: the full tables at the scheme's default kernel (`auto`), the others in
+  the kernel table (training at L, evaluation at 1× and 16× L, the same rounds); a kernel
+  that cannot train on the device (flex on a CPU) is listed, not timed.
+- **profiles**: every scheme below the vs-nope target gets one training step under
+  torch.profiler beside one of nope, and the page lists the ops with the most extra time.
 """
 
 

@@ -8,13 +8,22 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from bench.configs import EVAL_FACTORS, Options, scheme_config
+from bench.configs import (
+    DEFAULT_KERNEL,
+    EVAL_FACTORS,
+    REFERENCE,
+    TARGET_VS_NOPE,
+    Options,
+    Pairing,
+    Untimed,
+    scheme_config,
+)
 from bench.memory import MemoryServer, memory_cell
 from bench.peer import build_peer, peer_loss, peer_version
 from bench.timing import (
@@ -41,6 +50,12 @@ class SchemeResult:
     train: Stat
     train_long: Stat  # at 16·L, same tokens per step
     eval: dict[int, Stat]  # factor -> tokens/s
+    kernel: str = DEFAULT_KERNEL  # conf/attention name the model was built with
+    serving: str = ""  # the kernel that computed (auto's pick)
+    main: bool = True  # a row of the full tables; else of the kernel table
+    eval_flops: dict[int, float] = field(default_factory=dict)  # factor -> forward FLOPs/token
+    train_job: TrainJob | None = None
+    profile: dict[str, float] | None = None  # op -> ms of self time in one training step
     params: int = 0
     peer: Stat | None = None
     peer_note: str = ""
@@ -63,9 +78,11 @@ class Report:
     peak_flops: float
     peak_size: int
     bf16_speedup: float
-    results: list[SchemeResult]
+    results: list[SchemeResult]  # each scheme at its main kernel
     seconds: float
     date: str
+    kernel_rows: list[SchemeResult] = field(default_factory=list)  # every other kernel
+    untimed: list[Untimed] = field(default_factory=list)
 
     def result(self, scheme: str) -> SchemeResult | None:
         return next((r for r in self.results if r.scheme == scheme), None)
@@ -74,6 +91,12 @@ class Report:
         if stat is None:
             return float("nan")
         return r.flops_per_token * stat.median / self.peak_flops
+
+    def eval_mfu(self, r: SchemeResult, factor: int) -> float:
+        stat = r.eval.get(factor)
+        if stat is None or factor not in r.eval_flops:
+            return float("nan")
+        return r.eval_flops[factor] * stat.median / self.peak_flops
 
 
 def machine_info(setup: Setup) -> dict[str, str]:
@@ -99,11 +122,12 @@ def machine_info(setup: Setup) -> dict[str, str]:
 
 
 def build_jobs(
-    options: Options, setup: Setup
+    options: Options, setup: Setup, pairs: list[Pairing]
 ) -> tuple[list[SchemeResult], list[TrainJob | EvalJob]]:
     """Every model and job, and the results their timings land in. Jobs are listed in the
-    order they run in every round: for each scheme ours, then its peer (so the two see the same
-    moment of the machine), compiled ones, 16·L training, evaluation."""
+    order they run in every round: for each scheme's main kernel ours, then its peer (so the two
+    see the same moment of the machine), compiled ones, 16·L training, evaluation; then the
+    scheme's other kernels (training at L, evaluation at 1× and 16× L)."""
     L, long_len = options.seq_len, options.max_len
     long_batch = max(1, options.batch_size * L // long_len)  # same tokens per step at 16·L
     split = synthetic_split(eval_split_tokens(options, setup.device), options.vocab)
@@ -121,14 +145,26 @@ def build_jobs(
 
     results: list[SchemeResult] = []
     jobs: list[TrainJob | EvalJob] = []
-    for scheme in options.schemes:
-        config = scheme_config(options.model, scheme, L, long_len, options.attention)
+    for pair in pairs:
+        scheme = pair.scheme
+        config = scheme_config(options.model, scheme, L, long_len, pair.kernel)
         torch.manual_seed(0)
         model = build_model(config, options.vocab).to(setup.device)
         train = train_job(model, model.loss)
         r = SchemeResult(scheme, train_flops_per_token(model, L), train.stat, Stat(), {})
+        r.kernel, r.serving, r.main = pair.kernel, pair.serving, pair.main
+        r.train_job = train
+        # a forward pass is a third of a training step's FLOPs (6 -> 2 per weight and pair)
+        r.eval_flops = {f: train_flops_per_token(model, f * L) / 3 for f in EVAL_FACTORS}
         r.params = sum(p.numel() for p in model.parameters())
         jobs.append(train)
+        if not pair.main:  # the kernel table: training at L, evaluation at 1× and 16× L
+            for factor in (EVAL_FACTORS[0], EVAL_FACTORS[-1]):
+                job = EvalJob(setup, model, split, factor * L)
+                r.eval[factor] = job.stat
+                jobs.append(job)
+            results.append(r)
+            continue
         peer_train = None
         if options.peer:
             peer, r.peer_note = build_peer(scheme, config, options.vocab, long_len)
@@ -165,12 +201,16 @@ def build_jobs(
 
 def run_benchmark(options: Options, progress: Callable[[str], None] | None = None) -> Report:
     """Build every job, measure peak memory, then time all jobs round-robin."""
+    from bench.plan import plan  # poslab.build: not needed by what imports this module's types
+
     say = progress or (lambda msg: None)
     started = time.perf_counter()
     setup = make_setup(options.precision, options.device)
+    pairs, untimed = plan(options)
     server = MemoryServer() if options.memory else None  # it imports while we build
     try:
-        results, jobs = build_jobs(options, setup)
+        everything, jobs = build_jobs(options, setup, pairs)
+        results = [r for r in everything if r.main]
         if server is not None:
             # before any timing, which the measuring processes would compete with for the cores
             measure_peaks(server, results, options, setup, say)
@@ -196,10 +236,12 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
             f"round {i + 1}/{options.rounds} ({time.perf_counter() - round_start:.0f} s), "
             "training tok/s: "
             + ", ".join(f"{r.scheme} {r.train.samples[-1]:,.0f}" for r in results)
+            + (f" (and {extra} kernel rows)" if (extra := len(everything) - len(results)) else "")
         )
     after, after_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
     if after > peak:
         peak, peak_size = after, after_size
+    profile_slow_schemes(results, say)
     return Report(
         options=options,
         setup=setup,
@@ -210,6 +252,8 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
         results=results,
         seconds=time.perf_counter() - started,
         date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        kernel_rows=[r for r in everything if not r.main],
+        untimed=untimed,
     )
 
 
@@ -227,7 +271,7 @@ def measure_peaks(
             "model": options.model,
             "seq_len": options.seq_len,
             "max_len": options.max_len,
-            "attention": options.attention,
+            "attention": r.kernel,
             "batch": options.batch_size,
             "vocab": options.vocab,
             # resolved here: a child must not measure (and maybe resolve) it again
@@ -241,3 +285,39 @@ def measure_peaks(
             f"peak memory {r.scheme}: {memory_cell(r.train_mem)} training at L, "
             f"{memory_cell(r.eval_mem)} evaluating at 16·L"
         )
+
+
+def op_times(job: TrainJob) -> dict[str, float]:
+    """Self time (ms) of every op in one training step of `job`, by op name (torch.profiler;
+    device time on a GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = job.setup.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    job.module.train()
+    with profile(activities=activities) as prof:
+        job.step()
+        job.setup.sync()
+    return {
+        e.key: (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e3
+        for e in prof.key_averages()
+    }
+
+
+def profile_slow_schemes(results: list[SchemeResult], say: Callable[[str], None]) -> None:
+    """A profile of one training step of every scheme below TARGET_VS_NOPE × nope, and of
+    nope: the page shows which ops take the extra time."""
+    nope = next((r for r in results if r.scheme == REFERENCE), None)
+    if nope is None or nope.train_job is None or not nope.train.samples:
+        return
+    slow = [
+        r
+        for r in results
+        if r is not nope and r.train_job and r.train.median < TARGET_VS_NOPE * nope.train.median
+    ]
+    if not slow:
+        return
+    say(f"profiling one training step of {', '.join(r.scheme for r in slow)} and {REFERENCE}")
+    nope.profile = op_times(nope.train_job)
+    for r in slow:
+        r.profile = op_times(r.train_job)
