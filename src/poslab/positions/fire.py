@@ -81,18 +81,60 @@ class Fire(PositionalScheme):
         return (hidden * weights).sum(-1) + self.out_bias[i].float()[head]
 
     def attention_bias(self, q_positions: Tensor, k_positions: Tensor, layer: int = 0) -> Tensor:
-        """The MLP once per (query, key) pair for all heads, in chunks of query rows so the
-        hidden activations stay within HIDDEN_BYTES."""
+        """The bias (…, H, Tq, Tk). Query rows below the threshold depend on m − n alone, so
+        for consecutive positions (training, evaluation) the MLP runs once per distance and the
+        rows are gathered from that table; every other row runs the MLP once per (query, key)
+        pair for all heads, in chunks of query rows within HIDDEN_BYTES."""
         with torch.autocast(device_type=q_positions.device.type, enabled=False):
             q = fp32_positions(q_positions)
             k = fp32_positions(k_positions)
-            width = self.hidden.shape[-1]
-            rows = max(1, HIDDEN_BYTES // (4 * width * k.shape[-1] * max(1, q[..., :1].numel())))
-            chunks = []
-            for start in range(0, q.shape[-1], rows):
-                x = self.normalized_distance(
-                    q[..., start : start + rows, None], k[..., None, :], layer
-                )
-                chunks.append(self.mlp(x, layer))  # (…, rows, Tk, H)
-            bias = torch.cat(chunks, dim=-3)
-            return bias.movedim(-1, -3)  # (…, H, Tq, Tk)
+            below = self._rows_by_distance(q, k, layer)
+            if below == q.shape[-1]:
+                return self._bias_by_distance(q, k, layer)
+            if below:
+                head = self._bias_by_distance(q[:below], k, layer)
+                return torch.cat([head, self._bias_by_pair(q[below:], k, layer)], dim=-2)
+            return self._bias_by_pair(q, k, layer)
+
+    def _rows_by_distance(self, q: Tensor, k: Tensor, layer: int) -> int:
+        """How many leading query rows take the distance table: 0 unless q and k are 1-D runs
+        of consecutive integers; then the rows whose position is below the threshold."""
+        if q.dim() != 1 or k.dim() != 1 or not len(q) or not len(k):
+            return 0
+        if not (_consecutive(q) and _consecutive(k)):
+            return 0
+        threshold = self.threshold[self.layer_index(layer)].detach().abs()
+        return int((q < threshold).sum())
+
+    def _bias_by_distance(self, q: Tensor, k: Tensor, layer: int) -> Tensor:
+        """(H, Tq, Tk) for consecutive q and k with every q below the threshold: the MLP on
+        ψ(d)/ψ(L) for each distance d, gathered (future keys take d = 0, as in the pair path)."""
+        offset = int(q[0] - k[0])  # m − n of the first query and the first key
+        largest = max(0, offset + len(q) - 1)
+        distances = torch.arange(largest + 1, device=q.device, dtype=torch.float32)
+        i = self.layer_index(layer)
+        threshold = self.threshold[i].float().abs()
+        x = torch.log1p(self.c[i].float().abs() * distances) / torch.log1p(
+            self.c[i].float().abs() * threshold
+        ).clamp(min=1e-6)
+        table = self.mlp(x, layer)  # (distances, H)
+        rows = torch.arange(len(q), device=q.device)[:, None]
+        cols = torch.arange(len(k), device=q.device)[None, :]
+        return table[(offset + rows - cols).clamp(min=0)].movedim(-1, -3)
+
+    def _bias_by_pair(self, q: Tensor, k: Tensor, layer: int) -> Tensor:
+        width = self.hidden.shape[-1]
+        rows = max(1, HIDDEN_BYTES // (4 * width * k.shape[-1] * max(1, q[..., :1].numel())))
+        chunks = []
+        for start in range(0, q.shape[-1], rows):
+            x = self.normalized_distance(q[..., start : start + rows, None], k[..., None, :], layer)
+            chunks.append(self.mlp(x, layer))  # (…, rows, Tk, H)
+        bias = torch.cat(chunks, dim=-3)
+        return bias.movedim(-1, -3)  # (…, H, Tq, Tk)
+
+
+def _consecutive(positions: Tensor) -> bool:
+    """Whether 1-D fp32 positions are p, p + 1, p + 2, … (integers)."""
+    first = positions[0]
+    expected = first + torch.arange(len(positions), device=positions.device, dtype=positions.dtype)
+    return bool(first == first.round()) and torch.equal(positions, expected)
