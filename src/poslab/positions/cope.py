@@ -51,8 +51,11 @@ class CoPE(PositionalScheme):
     ) -> Tensor:
         pos = self.positions_from_scores(scores, future).clamp(max=self.npos - 1)
         logits = q.float() @ self.pos_emb.float().t()  # (B, H, Tq, npos): q·e[k]
+        # z[p] = z[⌊p⌋] + (p − ⌊p⌋)·(z[⌊p⌋ + 1] − z[⌊p⌋]): the step to the next position is
+        # gathered from a table of npos differences (the last one 0: p ≤ npos − 1), so each
+        # (query, key) pair costs one floor and two gathers, not a floor, a ceil and two gathers
+        steps = torch.nn.functional.pad(logits.diff(dim=-1), (0, 1))
         floor = pos.floor()
-        weight = pos - floor
-        low = logits.gather(-1, floor.long())
-        high = logits.gather(-1, pos.ceil().long())
-        return scores + low + weight * (high - low)
+        index = floor.long()
+        low = logits.gather(-1, index)
+        return scores + low + (pos - floor) * steps.gather(-1, index)
