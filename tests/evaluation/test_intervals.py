@@ -249,3 +249,35 @@ def test_a_row_whose_label_holds_an_equals_sign_can_be_renamed_and_swapped():
     # renames apply at once: two rows can trade names
     swapped = chosen_rows(rows, ["rope=rope [pos.base=100]", "rope [pos.base=100]=rope"], None)
     assert [r["scheme"] for r in swapped] == ["rope", "rope [pos.base=100]", "t5"]
+
+
+def test_join_counts_a_committed_one_seed_row_as_a_seed_of_new_runs(tmp_path, capsys):
+    """A study's one-seed row (its run folder long gone) and new seeds of the same settings
+    become one row of three seeds, paired by seed with the baseline."""
+    three_seeds(tmp_path / "old")
+    seeded_run(tmp_path / "old" / "fox1", "fox", [98.0, 107.0, 126.0], 1)
+    compare([tmp_path / "old"], tmp_path / "committed")  # fox: one seed (1)
+    for seed, level in ((2, 110.0), (3, 120.0)):
+        seeded_run(tmp_path / "new" / f"fox{seed}", "fox", [level - 2, level + 7, level + 26], seed)
+    committed = str(tmp_path / "committed" / "comparison.json")
+    out = tmp_path / "out"
+    args = [committed, str(tmp_path / "new"), "--out", str(out), "--baseline", "rope"]
+    main([*args, "--join", "fox [committed]=fox"])
+    rows = json.loads((out / "comparison.json").read_text())
+    fox = next(r for r in rows if r["scheme"] == "fox" and r["length"] == 64)
+    assert fox["n_seeds"] == 3 and fox["per_seed"]["ppl"] == {"1": 98.0, "2": 108.0, "3": 118.0}
+    assert "fox [committed]" not in {r["scheme"] for r in rows}
+    # 2 below rope at every seed: a paired difference with no spread
+    assert "| fox | 3 paired | −2.00 [−2.00, −2.00] |" in (out / "comparison.md").read_text()
+    for bad, said in (
+        (["--join", "xpos=fox"], "--join 'xpos': no such row"),
+        (["--join", "fox [committed]=xpos"], "no such row; join into one of"),
+        (["--join", "rope=fox"], "the row holds 3 seeds"),
+        (["--join", "fox"], "--join 'fox': write ROW=INTO"),
+    ):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main([*args[:3], str(tmp_path / "o2"), *args[4:], *bad])
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and err.count("\n") == 0 and said in err, err
+        assert not (tmp_path / "o2").exists()

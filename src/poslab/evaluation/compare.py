@@ -108,14 +108,18 @@ def run_options(run: Path) -> dict[str, Any] | None:
     return {k: v for k, v in flat(config).items() if not k.startswith(NOT_SETTINGS)}
 
 
-def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
+def label_rows(
+    results: list[Path], for_report: bool = False, joins: dict[str, str] | None = None
+) -> list[dict]:
     """All rows, with `scheme` made unique per configuration when two runs share a scheme name:
     by the training options in which those runs differ (`rope [pos.base=100]`), else by run
     folder (sweep/folder where two sweeps' jobs share a folder name). Runs that differ only in
     `seed` are one configuration: merged into mean ± sd rows (poslab.evaluation.seeds). A file
     of several schemes' rows (a committed comparison.json) gives one entry per row, labelled by
     the table's folder when a run of that name stands beside it (`t5 [extrapolation_cpu_all]`).
-    `for_report`: every row is checked for what the report reads too (read_result)."""
+    `for_report`: every row is checked for what the report reads too (read_result). `joins`
+    ({ROW: INTO}, `--join`): the one-seed row ROW (read back from a committed table, whose
+    settings cannot be compared) counts as one more seed of the configuration labelled INTO."""
     runs: list[Path] = []
     rows_of: list[list[dict]] = []
     options_of: dict[Path, dict[str, Any] | None] = {}  # each run's config, read once
@@ -171,13 +175,38 @@ def label_rows(results: list[Path], for_report: bool = False) -> list[dict]:
                 break
     configurations: dict[str, list[tuple[Any, list[dict]]]] = {}
     run_of: dict[str, Path] = {}  # a configuration's first run: where its settings are read
+    joins = dict(joins or {})
+    joined: dict[str, list[Any]] = {}  # INTO -> the seeds joined into it
     for i, (label, seed, rows) in enumerate(zip(labels, seeds, rows_of, strict=True)):
         if rows:
             name = f"{rows[0]['scheme']} [{label}]" if label else rows[0]["scheme"]
             if seed is None:  # a run of its own: its seed still pairs it with other schemes
                 seed = (options_at(runs[i]) or {}).get("seed")
+            if name in joins:
+                seed = joined_seed(name, rows)
+                name = joins.pop(name)
+                joined.setdefault(name, []).append(seed)
             configurations.setdefault((name, rows[0].get("task")), []).append((seed, rows))
             run_of.setdefault(name, runs[i])
+    labels_seen = sorted({name for name, _ in configurations})
+    if joins:
+        row = next(iter(joins))
+        raise ConfigError(
+            f"--join {row!r}: no such row; join one of: " + ", ".join(map(repr, labels_seen))
+        )
+    for into, extra in joined.items():
+        members = [m for (name, _), ms in configurations.items() if name == into for m in ms]
+        if len(members) == len(extra):
+            raise ConfigError(
+                f"--join ...={into!r}: no such row; join into one of: "
+                + ", ".join(map(repr, labels_seen))
+            )
+        seeds_in = [repr(seed) for seed, _ in members]
+        if len(set(seeds_in)) < len(seeds_in):
+            raise ConfigError(
+                f"--join into {into!r}: seeds {', '.join(seeds_in)} repeat; a joined row must "
+                "add a seed the row does not have"
+            )
     settings = differing_settings({name: (run, options_at(run)) for name, run in run_of.items()})
     from poslab.evaluation.seeds import merge_seeds, per_seed_values
 
@@ -633,6 +662,18 @@ def mode_differences(rows: list[dict], mode: str, base_mode: str = "nonoverlappi
     )
 
 
+def joined_seed(name: str, rows: list[dict]) -> Any:
+    """The seed of a one-seed row read back from a table (its per_seed values name it)."""
+    seeds = {seed for r in rows for seed in (r.get("per_seed") or {}).get("ppl", {})}
+    if len(seeds) != 1:
+        held = f"{len(seeds)} seeds" if seeds else "no per-seed values"
+        raise ConfigError(
+            f"--join {name!r}: the row holds {held}; only a one-seed row with its seed "
+            "recorded (a comparison.json of this version) can join another as a seed"
+        )
+    return int(next(iter(seeds))) if next(iter(seeds)).isdigit() else next(iter(seeds))
+
+
 def split_renames(pairs: list[str], labels: list[str]) -> dict[str, str]:
     """`--rename ROW=NAME` pairs as {ROW: NAME}. A row's label may hold "=" itself
     (`rope [pos.base=100]`), so ROW is the longest text before an "=" that is a label; where
@@ -681,6 +722,7 @@ def compare(
     baseline: str | None = None,
     rename: dict[str, str] | list[str] | None = None,
     only: list[str] | None = None,
+    joins: list[str] | None = None,
 ) -> list[dict]:
     """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows. With
     `baseline` (a row's scheme label) the report adds every other row's difference to it, with
@@ -695,7 +737,7 @@ def compare(
     results = find_results(paths)
     if not results:
         raise ConfigError(f"no {RESULT} under {names}; {WHAT_TO_PASS}")
-    rows = label_rows(results, for_report=True)
+    rows = label_rows(results, for_report=True, joins=split_joins(joins or []))
     if not rows:
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
     rows = chosen_rows(rows, rename or {}, only)
@@ -741,6 +783,18 @@ def compare(
     return rows
 
 
+def split_joins(pairs: list[str]) -> dict[str, str]:
+    """`--join ROW=INTO` pairs as {ROW: INTO}; INTO is the text after the last "=" (a label
+    made of run options holds "=" itself, so ROW may too)."""
+    joins = {}
+    for pair in pairs:
+        row, sep, into = pair.rpartition("=")
+        if not sep or not row or not into:
+            raise ConfigError(f"--join {pair!r}: write ROW=INTO (two row labels)")
+        joins[row] = into
+    return joins
+
+
 def default_out(paths: list[str]) -> Path:
     """<first path>/comparison (for a file: next to it), except for a committed study (under
     docs/results/): outputs/comparison/<its name>, so that a comparison never changes committed
@@ -783,9 +837,17 @@ def main(argv: list[str] | None = None) -> None:
         metavar="ROW",
         help="keep only this row (its label after --rename); repeatable, kept in that order",
     )
+    parser.add_argument(
+        "--join",
+        action="append",
+        default=[],
+        metavar="ROW=INTO",
+        help="count the one-seed row ROW (read back from a committed comparison.json) as one "
+        "more seed of row INTO (new runs of the same settings); repeatable",
+    )
     args = parser.parse_args(argv)
     for pair in args.rename:  # which "=" splits ROW from NAME is decided by the rows' labels
         if "=" not in pair.strip("="):
             parser.error(f"--rename {pair!r}: write ROW=NAME")
     out = args.out or default_out(args.paths)
-    compare(args.paths, out, args.title, args.baseline, args.rename, args.only)
+    compare(args.paths, out, args.title, args.baseline, args.rename, args.only, args.join)
