@@ -109,6 +109,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         compile=args.compile,
         out=args.out,
         eval_batches=args.eval_batches,
+        kernel_eval=args.kernel_eval,
         command=command_line(argv),
     )
 
@@ -160,6 +161,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd steps")
     p.add_argument("--out", default=defaults.out, help="Markdown report ('' = none)")
     p.add_argument("--eval-batches", type=positive, default=defaults.eval_batches)
+    p.add_argument(
+        "--kernel-eval",
+        action="store_true",
+        help="also time evaluation at 16·L for every row of the kernel table (slow on a CPU)",
+    )
     return p
 
 

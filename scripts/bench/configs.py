@@ -74,6 +74,9 @@ class Options:
     eval_batches: int = 2  # evaluation batches per length and round
     max_matmul: int = 8192  # largest square matmul tried for the peak
     memory: bool = True  # measure peak memory (fresh processes)
+    # the kernel table's rows also evaluated at 16·L (blockwise and stick-breaking take
+    # 5-15 s per batch there on 2 CPU cores: ~20 min more for every scheme and kernel)
+    kernel_eval: bool = False
     command: str = ""
 
     @property

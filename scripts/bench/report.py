@@ -161,24 +161,27 @@ def kernel_table(report: Report) -> list[str]:
         "The full tables above time each scheme at its main kernel; here every other kernel "
         "that serves it, in the same rounds. **vs main**: tok/s ÷ the same scheme's main row.",
     ]
+    evaluated = report.options.kernel_eval
     if report.kernel_rows:
-        lines += [
-            "",
-            f"| scheme | kernel | tok/s | MFU | vs main | vs nope | eval tok/s {f_hi}× "
-            f"| eval {f_hi}× vs main |",
-            "|---|---|---:|---:|---:|---:|---:|---:|",
-        ]
+        head = "| scheme | kernel | tok/s | MFU | vs main | vs nope |"
+        rule = "|---|---|---:|---:|---:|---:|"
+        if evaluated:
+            head += f" eval tok/s {f_hi}× | eval {f_hi}× vs main |"
+            rule += "---:|---:|"
+        lines += ["", head, rule]
         nope = report.result(REFERENCE)
         for r in report.kernel_rows:
             main = report.result(r.scheme)
             main_train = main.train if main else None
             main_eval = main.eval.get(f_hi) if main else None
-            lines.append(
+            row = (
                 f"| {r.scheme} | {kernel_cell(r)} | {_tok(r.train)} "
                 f"| {_num(report.mfu(r, r.train), '.1%')} | {_x(_ratio(r.train, main_train))} "
-                f"| {_x(_ratio(r.train, nope.train if nope else None))} "
-                f"| {_tok(r.eval[f_hi])} | {_x(_ratio(r.eval[f_hi], main_eval))} |"
+                f"| {_x(_ratio(r.train, nope.train if nope else None))} |"
             )
+            if evaluated:
+                row += f" {_tok(r.eval.get(f_hi))} | {_x(_ratio(r.eval.get(f_hi), main_eval))} |"
+            lines.append(row)
     if report.untimed:
         by_reason: dict[tuple[str, str], list[str]] = {}
         for u in report.untimed:
@@ -434,7 +437,8 @@ How to read this (and how it is measured; `scripts/benchmark.py` has the code):
   FLOPs, so eval/train ≥ 3× needs evaluation to run at training's MFU or better.
 - **kernels**: `--attention all` (the default) times every kernel of conf/attention that
   serves each scheme: the full tables at the scheme's default kernel (`auto`), the others in
-  the kernel table (training at L, evaluation at 16× L, the same rounds); a kernel
+  the kernel table (training at L, the same rounds; with `--kernel-eval` also evaluation at
+  16× L); a kernel
   that cannot train on the device (flex on a CPU) is listed, not timed.
 - **profiles**: every scheme below the vs-nope target gets one training step under
   torch.profiler beside one of nope, and the page lists the ops with the most extra time.

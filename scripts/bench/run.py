@@ -127,7 +127,7 @@ def build_jobs(
     """Every model and job, and the results their timings land in. Jobs are listed in the
     order they run in every round: for each scheme's main kernel ours, then its peer (so the two
     see the same moment of the machine), compiled ones, 16·L training, evaluation; then the
-    scheme's other kernels (training at L, evaluation at 16× L)."""
+    scheme's other kernels (training at L; evaluation at 16× L with --kernel-eval)."""
     L, long_len = options.seq_len, options.max_len
     long_batch = max(1, options.batch_size * L // long_len)  # same tokens per step at 16·L
     split = synthetic_split(eval_split_tokens(options, setup.device), options.vocab)
@@ -157,10 +157,11 @@ def build_jobs(
         r.eval_flops = {f: train_flops_per_token(model, f * L) / 3 for f in EVAL_FACTORS}
         r.params = sum(p.numel() for p in model.parameters())
         jobs.append(train)
-        if not pair.main:  # the kernel table: training at L, evaluation at 16× L
-            job = EvalJob(setup, model, split, EVAL_FACTORS[-1] * L)
-            r.eval[EVAL_FACTORS[-1]] = job.stat
-            jobs.append(job)
+        if not pair.main:  # the kernel table: training at L (with --kernel-eval, eval at 16× L)
+            if options.kernel_eval:
+                job = EvalJob(setup, model, split, EVAL_FACTORS[-1] * L)
+                r.eval[EVAL_FACTORS[-1]] = job.stat
+                jobs.append(job)
             results.append(r)
             continue
         peer_train = None
