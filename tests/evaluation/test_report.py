@@ -513,3 +513,16 @@ def test_sliding_minus_nonoverlapping_is_paired_by_seed_within_each_scheme(tmp_p
     assert "−1.50 [−2.74, −0.26]" in line
     # +3, +3.5, +4: the same spread
     assert "+3.50 [+2.26, +4.74]" in line
+
+
+def test_the_first_line_says_where_only_some_rows_recorded_precision_and_cap():
+    """A table merging rows of older runs (which recorded neither) with new ones must not claim
+    the new rows' precision and cap for all of them."""
+    from poslab.evaluation.tables import scored_note
+
+    new = {"status": "ok", "tokens": 100, "precision": "32-true", "max_tokens": None}
+    old = {"status": "ok", "tokens": 100}
+    assert scored_note([new, new]) == " (100 tokens scored; the whole split; precision 32-true)"
+    assert scored_note([old, new]) == (
+        " (100 tokens scored; the whole split where recorded; precision 32-true where recorded)"
+    )

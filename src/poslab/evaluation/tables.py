@@ -182,9 +182,12 @@ def scored_note(rows: list[dict]) -> str:
             notes.append(f"capped at {', '.join(f'{c:,}' for c in capped)} (eval.max_tokens)")
         if None in caps:
             notes.append("the whole split" if not capped else "or the whole split")
+        if "unknown" in caps:  # older rows of a merged table did not record it
+            notes[-1] += " where recorded"
     precisions = sorted({str(r["precision"]) for r in text if r.get("precision")})
     if precisions:
-        notes.append(f"precision {', '.join(precisions)}")
+        partly = any(not r.get("precision") for r in text)
+        notes.append(f"precision {', '.join(precisions)}" + (" where recorded" if partly else ""))
     sliding = [r for r in text if r.get("mode") == "sliding" and "stride" in r]
     strides = sorted({int(r["stride"]) for r in sliding})
     if sliding and all(int(r["stride"]) == max(1, r["length"] // 2) for r in sliding):
