@@ -671,7 +671,8 @@ def joined_seed(name: str, rows: list[dict]) -> Any:
             f"--join {name!r}: the row holds {held}; only a one-seed row with its seed "
             "recorded (a comparison.json of this version) can join another as a seed"
         )
-    return int(next(iter(seeds))) if next(iter(seeds)).isdigit() else next(iter(seeds))
+    (seed,) = seeds
+    return int(seed) if seed.isdigit() else seed
 
 
 def split_renames(pairs: list[str], labels: list[str]) -> dict[str, str]:

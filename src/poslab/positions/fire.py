@@ -56,14 +56,14 @@ class Fire(PositionalScheme):
 
     def normalized_distance(self, q_position: Tensor, k_position: Tensor, layer: int) -> Tensor:
         """ψ(m − n) / ψ(max(L, m)) for broadcastable fp32 positions: in [0, 1] when n ≤ m."""
-        i = self.layer_index(layer)
-        c, threshold = self.c[i].float().abs(), self.threshold[i].float().abs()
+        threshold = self.threshold[self.layer_index(layer)].float().abs()
         distance = (q_position - k_position).clamp(min=0)  # future keys are masked anyway
+        denominator = self.psi(torch.maximum(q_position, threshold), layer)
+        return self.psi(distance, layer) / denominator.clamp(min=1e-6)
 
-        def psi(x: Tensor) -> Tensor:
-            return torch.log1p(c * x)
-
-        return psi(distance) / psi(torch.maximum(q_position, threshold)).clamp(min=1e-6)
+    def psi(self, x: Tensor, layer: int) -> Tensor:
+        """ψ(x) = log(|c|·x + 1) of the layer's c."""
+        return torch.log1p(self.c[self.layer_index(layer)].float().abs() * x)
 
     def mlp(self, x: Tensor, layer: int) -> Tensor:
         """f(x) for inputs (...) -> (..., H)."""
@@ -112,11 +112,8 @@ class Fire(PositionalScheme):
         offset = int(q[0] - k[0])  # m − n of the first query and the first key
         largest = max(0, offset + len(q) - 1)
         distances = torch.arange(largest + 1, device=q.device, dtype=torch.float32)
-        i = self.layer_index(layer)
-        threshold = self.threshold[i].float().abs()
-        x = torch.log1p(self.c[i].float().abs() * distances) / torch.log1p(
-            self.c[i].float().abs() * threshold
-        ).clamp(min=1e-6)
+        threshold = self.threshold[self.layer_index(layer)].float().abs()
+        x = self.psi(distances, layer) / self.psi(threshold, layer).clamp(min=1e-6)
         table = self.mlp(x, layer)  # (distances, H)
         rows = torch.arange(len(q), device=q.device)[:, None]
         cols = torch.arange(len(k), device=q.device)[None, :]
