@@ -281,3 +281,63 @@ def test_join_counts_a_committed_one_seed_row_as_a_seed_of_new_runs(tmp_path, ca
         err = capsys.readouterr().err.strip()
         assert exit_info.value.code == 2 and err.count("\n") == 0 and said in err, err
         assert not (tmp_path / "o2").exists()
+
+
+def test_the_difference_figure_gives_every_scheme_its_own_row_best_first(tmp_path):
+    """compare --baseline also draws comparison_differences.png: one row per scheme (so none
+    hides another), ordered by the difference at the longest length, filled where the interval
+    excludes 0, and a far-off row at the panel's edge with its value written."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    from poslab.evaluation.differences import difference_set
+    from poslab.evaluation.figures import difference_figure
+
+    three_seeds(tmp_path / "runs")
+    seeded_run(tmp_path / "runs" / "nope1", "nope", [101.0, 115.0, 140.0], 1)
+    seeded_run(tmp_path / "runs" / "sin1", "sinusoidal", [1000.0, 2000.0, 5000.0], 1)
+    rows = compare([tmp_path / "runs"], tmp_path / "out", baseline="rope")
+    assert (tmp_path / "out" / "comparison_differences.png").stat().st_size > 0
+    fig = difference_figure(difference_set(rows, "rope", "nonoverlapping"), "title")
+    try:
+        short, longest = fig.axes
+        assert (short.get_title(), longest.get_title()) == (
+            "at 64 tokens (1× L)",
+            "at 256 tokens (4× L)",
+        )
+        ticks = sorted(
+            zip(short.get_yticks(), short.get_yticklabels(), strict=True), key=lambda t: -t[0]
+        )
+        assert [label.get_text() for _, label in ticks] == [
+            "alibi (3 paired)",  # −2 at 256
+            "t5 (3 paired)",  # 0
+            "nope (1 seed)",  # +10
+            "sinusoidal (1 seed)",  # +4,870 (seed 1 paired): off the scale
+        ]
+        y = {label.get_text().split(" (")[0]: value for value, label in ticks}
+        marks = {
+            round(line.get_ydata()[0]): line
+            for line in longest.get_lines()
+            if len(line.get_ydata()) == 1
+        }
+        alibi, t5 = marks[y["alibi"]], marks[y["t5"]]
+        assert alibi.get_xdata()[0] == pytest.approx(-2.0)
+        assert to_rgba(alibi.get_markerfacecolor()) == to_rgba(alibi.get_color())  # excludes 0
+        assert to_rgba(t5.get_markerfacecolor()) == to_rgba("white")  # holds 0
+        assert longest.get_xlim()[1] < 4870.0 / 4  # the other rows keep the scale
+        assert "+4,870.00" in [t.get_text() for t in longest.texts]
+        assert marks[y["sinusoidal"]].get_xdata()[0] == pytest.approx(longest.get_xlim()[1])
+    finally:
+        plt.close(fig)
+
+
+def test_replot_draws_the_differences_again_to_the_baseline_the_report_names(tmp_path):
+    from poslab.evaluation.files import replot_report
+
+    three_seeds(tmp_path / "runs")
+    compare([tmp_path / "runs"], tmp_path / "with", baseline="alibi")
+    compare([tmp_path / "runs"], tmp_path / "without")
+    assert not (tmp_path / "without" / "comparison_differences.png").exists()
+    assert "difference_plot" in replot_report(tmp_path / "with", tmp_path / "again")
+    assert (tmp_path / "again" / "comparison_differences.png").stat().st_size > 0
+    assert "difference_plot" not in replot_report(tmp_path / "without", tmp_path / "again2")

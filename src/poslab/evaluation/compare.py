@@ -10,6 +10,7 @@ from typing import Any
 
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
+from poslab.evaluation.differences import difference, difference_set
 from poslab.evaluation.intervals import Interval
 from poslab.evaluation.tables import fmt, is_finite, is_nonfinite, markdown
 
@@ -529,25 +530,6 @@ def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float =
     ]
 
 
-def difference(row: dict, base: dict, metric: str) -> Interval | None:
-    """`row` − `base` in `metric`, paired by seed where both kept per-seed values (`per_seed`),
-    else Welch's interval from the rows' mean ± sd over seeds, else None."""
-    from poslab.evaluation.intervals import paired_difference, welch_from_summaries
-
-    if not all(r["status"] == "ok" for r in (row, base)):
-        return None
-    mine, theirs = (r.get("per_seed", {}).get(metric) for r in (row, base))
-    found = paired_difference(mine, theirs) if mine and theirs else None
-    if found is not None:
-        return found
-    summaries = [(r.get(metric), r.get(f"{metric}_sd"), r.get("n_seeds", 1)) for r in (row, base)]
-    if all(is_finite(m) and is_finite(sd) for m, sd, _ in summaries):
-        return welch_from_summaries(*summaries)
-    if all(is_finite(m) for m, _, _ in summaries):  # a one-seed side: the difference alone
-        return Interval(summaries[0][0] - summaries[1][0], None, None, 1)
-    return None
-
-
 def signed(value: float, digits: int) -> str:
     return f"{value:+,.{digits}f}".replace("-", "−")
 
@@ -572,10 +554,9 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
     95% interval: paired by seed where both rows kept their seeds' values, else Welch's
     unpaired interval from mean ± sd (said per row)."""
     sub = [r for r in rows if r["mode"] == mode]
-    metric = "accuracy" if any(r.get("task") for r in sub) else "ppl"
+    found_set = difference_set(rows, baseline, mode)
+    metric, lengths = found_set.metric, found_set.lengths
     cells = {(r["scheme"], r["length"]): r for r in sub}
-    lengths = sorted({r["length"] for r in sub})
-    schemes = [s for s in dict.fromkeys(r["scheme"] for r in sub) if s != baseline]
     longest = max(
         (n for n in lengths if (baseline, n) in cells and cells[baseline, n].get("factor")),
         default=None,
@@ -588,20 +569,13 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
     else:
         factor = 1.0
     lines = [head, "|---" * (len(lengths) + 2 + ratio_column) + "|"]
-    for scheme in schemes:
-        found = [
-            difference(cells[scheme, n], cells[baseline, n], metric)
-            if (scheme, n) in cells and (baseline, n) in cells
-            else None
-            for n in lengths
-        ]
+    for scheme, at_lengths in found_set.by_scheme.items():
+        found = list(at_lengths)
         if ratio_column and (scheme, longest) in cells:
             pair = [with_ratio(sub, cells[s, longest], factor) for s in (scheme, baseline)]
             found.append(difference(*pair, "ratio"))
         elif ratio_column:
             found.append(None)
-        if not any(found):
-            continue
         first = next(i for i in found if i is not None)
         pairing = (
             f"{first.n} paired"
@@ -778,7 +752,7 @@ def compare(
             text += mode_differences(rows, mode)
     text += settings_table(rows)
     # loss by position: each scheme at its longest evaluated length, first mode only
-    write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows))
+    write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows), baseline)
     print(text, flush=True)
     print(f"\nwrote comparison.{{md,csv,json}} and plots to {out}", flush=True)
     return rows

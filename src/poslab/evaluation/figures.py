@@ -480,3 +480,129 @@ def heatmap_figure(
             label=f"accuracy, the whole answer right ({statistic})",
         )
     return finish_figure(fig)
+
+
+# ---------------------------------------------------------------- differences to a baseline
+
+# a row whose interval reaches more than this many times as far as the next row's is drawn at
+# the panel's edge with its value written (one diverged scheme would otherwise squeeze every
+# other interval into a few pixels); only the top quarter of the rows can be so far off
+OFF_SCALE_FACTOR = 4.0
+
+
+def difference_limits(reach: list[float]) -> float:
+    """The half-width a difference panel shows, from each row's reach (max of |mean|, |low|,
+    |high|): all of them, but for rows in the top quarter that reach more than
+    OFF_SCALE_FACTOR times as far as the next row (those go off the scale)."""
+    ordered = sorted(reach)
+    if not ordered:
+        return 1.0
+    cut = len(ordered)
+    for i in range(max(1, math.ceil(0.75 * len(ordered))), len(ordered)):
+        if ordered[i] > OFF_SCALE_FACTOR * ordered[i - 1]:
+            cut = i
+            break
+    return max(ordered[cut - 1], 1e-9)
+
+
+def pairing_text(interval: Any) -> str:
+    if interval.low is None or interval.high is None:
+        return "1 seed"
+    return f"{interval.n} {'paired' if interval.paired else 'unpaired'}"
+
+
+def difference_figure(found: Any, title: str, styles: dict | None = None) -> Figure | None:
+    """Each scheme's difference to the baseline (a `DifferenceSet`) with its 95% interval, one
+    row per scheme (so that every scheme is seen, however many there are), at the shortest and
+    the longest evaluated length; best at the top, ordered by the longest length. Filled: the
+    interval excludes 0; open with a bar: it holds 0 (not distinguishable); open, no bar: a
+    one-seed row (no interval). None when no scheme has a difference."""
+    schemes = list(found.by_scheme)
+    if not schemes:
+        return None
+    columns = [
+        j
+        for j in sorted({0, len(found.lengths) - 1})
+        if any(found.by_scheme[s][j] is not None for s in schemes)
+    ]
+    sign = 1.0 if found.lower_is_better else -1.0
+
+    def order_key(scheme: str) -> tuple:
+        at = [found.by_scheme[scheme][j] for j in reversed(columns)]
+        first = next((i for i in at if i is not None), None)
+        return (first is None, sign * first.mean if first is not None else 0.0)
+
+    schemes.sort(key=order_key)
+    styles = styles or {}
+    fallback = styles_for(schemes)
+    ys = {s: len(schemes) - 1 - i for i, s in enumerate(schemes)}
+    fig = new_figure(2.0 + 4.0 * len(columns), 1.4 + 0.3 * len(schemes))
+    axes = fig.subplots(1, len(columns), sharey=True, squeeze=False)[0]
+    off_scale = False
+    what = "perplexity" if found.metric == "ppl" else "accuracy"
+    better = "(← better)" if found.lower_is_better else "(better →)"
+    for ax, j in zip(axes, columns, strict=True):
+        at = {s: found.by_scheme[s][j] for s in schemes if found.by_scheme[s][j] is not None}
+        reach = [max(abs(v) for v in (i.mean, i.low, i.high) if v is not None) for i in at.values()]
+        half = difference_limits(reach) * 1.08
+        lows = [min(i.mean, i.low if i.low is not None else i.mean) for i in at.values()]
+        highs = [max(i.mean, i.high if i.high is not None else i.mean) for i in at.values()]
+        left = max(-half, min(0.0, *lows) * 1.08 if lows else -half)
+        right = min(half, max(0.0, *highs) * 1.08 if highs else half)
+        span = right - left or 1.0
+        left, right = left - 0.04 * span, right + 0.04 * span
+        for scheme, interval in at.items():
+            style = styles.get((scheme, found.mode)) or fallback[scheme]
+            colour, y = style["color"], ys[scheme]
+            has_ci = interval.low is not None and interval.high is not None
+            if not left <= interval.mean <= right:  # off the scale: an arrow at the edge
+                off_scale = True
+                above = interval.mean > 0
+                edge, arrow, ha = (right, ">", "right") if above else (left, "<", "left")
+                ax.plot(edge, y, marker=arrow, color=colour, ms=8, ls="none", clip_on=False)
+                ax.text(
+                    edge - 0.03 * span if ha == "right" else edge + 0.03 * span,
+                    y + 0.18,
+                    f"{interval.mean:+,.2f}".replace("-", "−"),
+                    ha=ha,
+                    va="bottom",
+                    fontsize=7,
+                    color=colour,
+                )
+                continue
+            if has_ci:
+                ax.hlines(y, max(interval.low, left), min(interval.high, right), color=colour, lw=2)
+            filled = has_ci and interval.distinguishable
+            ax.plot(
+                interval.mean,
+                y,
+                marker=style["marker"],
+                color=colour,
+                mfc=colour if filled else "white",
+                ms=7,
+                ls="none",
+            )
+        ax.axvline(0.0, color="grey", lw=1)
+        ax.set_xlim(left, right)
+        ax.set_ylim(-0.7, len(schemes) - 0.3)
+        ax.grid(True, axis="x", alpha=0.3)
+        n = found.lengths[j]
+        factor = found.factors.get(n)
+        ax.set_title(f"at {n:,} tokens" + (f" ({factor:g}× L)" if factor else ""))
+        ax.set_xlabel(f"{what} − {found.baseline}'s {better}")
+    shown_at = {
+        s: next(found.by_scheme[s][j] for j in columns if found.by_scheme[s][j]) for s in schemes
+    }
+    axes[0].set_yticks(
+        [ys[s] for s in schemes], [f"{s} ({pairing_text(shown_at[s])})" for s in schemes]
+    )
+    fig.suptitle(title)
+    notes = [
+        "bar: 95% CI of the difference (paired: over the seeds both rows ran; unpaired: Welch's "
+        "from mean ± sd). Filled: the interval excludes 0; open with a bar: it holds 0 (not "
+        "distinguishable); open without a bar: one seed, no interval.",
+        "▶ / ◀ at a panel's edge: a difference off the scale, its value written beside it."
+        if off_scale
+        else None,
+    ]
+    return finish_figure(fig, notes=notes)

@@ -19,8 +19,10 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from poslab.errors import NO_SPACE_ERRNOS, ConfigError
+from poslab.evaluation.differences import difference_set
 from poslab.evaluation.figures import (
     accuracy_figure,
+    difference_figure,
     heatmap_figure,
     position_figure,
     ppl_figure,
@@ -114,9 +116,11 @@ def write_reports(
     stem: str = "extrapolation",
     text: str | None = None,
     position_rows: list[dict] | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Path]:
     """Write {stem}.json/.csv/.md, {stem}_ppl.png (ppl vs length, one line per `series_key`)
-    and {stem}_loss_by_position.png to `out`; returns the paths. All or none: every file is
+    and {stem}_loss_by_position.png to `out` (with a `baseline` row, {stem}_differences.png
+    too: see report_figures); returns the paths. All or none: every file is
     rendered and written to a temporary first, and the set replaces the old one only once all
     are on disk (see write_all_or_none); a folder this call created is removed on failure."""
     created = make_folder(out)
@@ -140,7 +144,8 @@ def write_reports(
 
     try:
         del paths["position_plot"]  # back below if the report has one
-        for key, name, fig in report_figures(rows, title, series_key, stem, position_rows):
+        figures_made = report_figures(rows, title, series_key, stem, position_rows, baseline)
+        for key, name, fig in figures_made:
             paths[key] = out / name
             plot(paths[key], fig)
         write_all_or_none(files)
@@ -161,12 +166,14 @@ def report_figures(
     series_key: str = "mode",
     stem: str = "extrapolation",
     position_rows: list[dict] | None = None,
+    baseline: str | None = None,
 ) -> Iterator[tuple[str, str, Figure]]:
     """The figures of a report, as (path key, file name, figure), one at a time (the caller
     closes each). Every series keeps one style in all of them (report_styles). A task's
     report: accuracy, the condition heatmap (when its rows have conditions) and the answer
     tokens' perplexity; a corpus': perplexity and loss by position (`position_rows`, by default
-    the rows of the first mode)."""
+    the rows of the first mode). With a `baseline` (a row's scheme), also every other row's
+    difference to it with its 95% interval, in the first mode (`difference_figure`)."""
     if not is_task(rows) and position_rows is None:
         position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
     styles = report_styles([*rows, *(position_rows or [])], series_key)
@@ -190,6 +197,16 @@ def report_figures(
             f"{stem}_loss_by_position.png",
             position_figure(position_rows or [], position_title, styles, series_key),
         )
+    if baseline is not None and series_key == "scheme":
+        found = difference_set(rows, baseline, rows[0]["mode"])
+        what = "accuracy" if found.metric == "accuracy" else "perplexity"
+        fig = difference_figure(
+            found,
+            f"{title}\n{what} minus {baseline}'s: mean and 95% CI ({found.mode})",
+            styles,
+        )
+        if fig is not None:
+            yield "difference_plot", f"{stem}_differences.png", fig
 
 
 def longest_rows(rows: list[dict]) -> list[dict]:
@@ -212,6 +229,7 @@ def write_figures(
     series_key: str = "mode",
     stem: str = "extrapolation",
     position_rows: list[dict] | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Path]:
     """Only the PNGs of write_reports (all or none), e.g. to re-draw a committed report from its
     JSON with the current figure code (scripts/replot.py); the tables are left as they are."""
@@ -219,7 +237,8 @@ def write_figures(
     paths: dict[str, Path] = {}
     figures: list[Figure] = []
     try:
-        for key, name, fig in report_figures(rows, title, series_key, stem, position_rows):
+        made = report_figures(rows, title, series_key, stem, position_rows, baseline)
+        for key, name, fig in made:
             figures.append(fig)
             paths[key] = out / name
             files[paths[key]] = png_file(fig)
@@ -239,10 +258,22 @@ def report_title(md: Path) -> str | None:
     return first[3:].strip() if first.startswith("## ") else None
 
 
+def report_baseline(md: Path) -> str | None:
+    """The baseline a report's differences were taken to (its "### difference to NAME (mode)"
+    heading), else None."""
+    try:
+        text = md.read_text()
+    except OSError:
+        return None
+    found = re.search(r"^### difference to (.+) \([\w-]+\): ", text, flags=re.MULTILINE)
+    return found.group(1) if found else None
+
+
 def replot_report(folder: Path, out: Path | None = None, stem: str = "comparison") -> dict:
     """Draw a written report's PNGs again from its {stem}.json with the current figure code, as
     write_reports draws them (compare.py's series key "scheme", the title of its {stem}.md, the
-    loss by position of `longest_rows`), into `out` (default: `folder`). The JSON, CSV and
+    loss by position of `longest_rows`, the differences to the baseline its {stem}.md names),
+    into `out` (default: `folder`). The JSON, CSV and
     Markdown are read, never written. A folder without {stem}.json is a ConfigError."""
     source = folder / f"{stem}.json"
     try:
@@ -258,7 +289,10 @@ def replot_report(folder: Path, out: Path | None = None, stem: str = "comparison
         raise ConfigError(f"{folder / stem}.md has no '## title' first line to title the figures")
     out = out or folder
     make_folder(out)
-    return write_figures(rows, out, title, "scheme", stem, longest_rows(rows))
+    baseline = report_baseline(folder / f"{stem}.md")
+    if baseline is not None and baseline not in {r["scheme"] for r in rows}:
+        baseline = None  # a heading of another table: no difference figure
+    return write_figures(rows, out, title, "scheme", stem, longest_rows(rows), baseline)
 
 
 def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:

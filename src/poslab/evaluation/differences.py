@@ -1,0 +1,76 @@
+"""Each scheme minus a baseline scheme, with a 95% interval: what the comparison table's
+"difference to" section prints and what its difference figure draws (one computation for both).
+
+Paired by seed where both rows kept per-seed values (the seeds both ran), else Welch's interval
+from the rows' mean ± sd over seeds, else (a one-seed side) the difference alone, no interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poslab.evaluation.intervals import (
+    Interval,
+    paired_difference,
+    welch_from_summaries,
+)
+from poslab.evaluation.tables import is_finite
+
+
+@dataclass
+class DifferenceSet:
+    """Every scheme's difference to `baseline` in one evaluation mode, at each of `lengths`
+    (None where either row lacks that length)."""
+
+    baseline: str
+    mode: str
+    metric: str  # "ppl" or "accuracy"
+    lengths: list[int]
+    by_scheme: dict[str, list[Interval | None]]
+    factors: dict[int, float]  # length -> its multiple of the training length, where known
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric == "ppl"
+
+
+def difference(row: dict, base: dict, metric: str) -> Interval | None:
+    """`row` − `base` in `metric`, paired by seed where both kept per-seed values (`per_seed`),
+    else Welch's interval from the rows' mean ± sd over seeds, else None."""
+    if not all(r["status"] == "ok" for r in (row, base)):
+        return None
+    mine, theirs = (r.get("per_seed", {}).get(metric) for r in (row, base))
+    found = paired_difference(mine, theirs) if mine and theirs else None
+    if found is not None:
+        return found
+    summaries = [(r.get(metric), r.get(f"{metric}_sd"), r.get("n_seeds", 1)) for r in (row, base)]
+    if all(is_finite(m) and is_finite(sd) for m, sd, _ in summaries):
+        return welch_from_summaries(*summaries)
+    if all(is_finite(m) for m, _, _ in summaries):  # a one-seed side: the difference alone
+        return Interval(summaries[0][0] - summaries[1][0], None, None, 1)
+    return None
+
+
+def difference_set(rows: list[dict], baseline: str, mode: str) -> DifferenceSet:
+    """Each scheme of `rows` in `mode` (but the baseline) minus `baseline` at every length both
+    evaluated: perplexity, or accuracy for a task's rows. Schemes with no difference at any
+    length are left out."""
+    sub = [r for r in rows if r["mode"] == mode]
+    metric = "accuracy" if any(r.get("task") for r in sub) else "ppl"
+    cells = {(r["scheme"], r["length"]): r for r in sub}
+    lengths = sorted({r["length"] for r in sub})
+    by_scheme = {}
+    for scheme in dict.fromkeys(r["scheme"] for r in sub):
+        if scheme == baseline:
+            continue
+        found = [
+            difference(cells[scheme, n], cells[baseline, n], metric)
+            if (scheme, n) in cells and (baseline, n) in cells
+            else None
+            for n in lengths
+        ]
+        if any(found):
+            by_scheme[scheme] = found
+    base_rows = [r for r in sub if r["scheme"] == baseline]
+    factors = {r["length"]: r["factor"] for r in base_rows if is_finite(r.get("factor"))}
+    return DifferenceSet(baseline, mode, metric, lengths, by_scheme, factors)
