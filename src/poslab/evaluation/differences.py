@@ -28,6 +28,7 @@ class DifferenceSet:
     lengths: list[int]
     by_scheme: dict[str, list[Interval | None]]
     factors: dict[int, float]  # length -> its multiple of the training length, where known
+    base_values: dict[int, float]  # length -> the baseline's own value (what a difference is of)
 
     @property
     def lower_is_better(self) -> bool:
@@ -73,4 +74,5 @@ def difference_set(rows: list[dict], baseline: str, mode: str) -> DifferenceSet:
             by_scheme[scheme] = found
     base_rows = [r for r in sub if r["scheme"] == baseline]
     factors = {r["length"]: r["factor"] for r in base_rows if is_finite(r.get("factor"))}
-    return DifferenceSet(baseline, mode, metric, lengths, by_scheme, factors)
+    values = {r["length"]: r[metric] for r in base_rows if is_finite(r.get(metric))}
+    return DifferenceSet(baseline, mode, metric, lengths, by_scheme, factors, values)

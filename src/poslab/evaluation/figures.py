@@ -488,21 +488,33 @@ def heatmap_figure(
 # the panel's edge with its value written (one diverged scheme would otherwise squeeze every
 # other interval into a few pixels); only the top quarter of the rows can be so far off
 OFF_SCALE_FACTOR = 4.0
+# differences below this fraction of the baseline's own value count as 0 for that rule (rows of
+# one checkpoint scored alike differ by float rounding, ~1e-7 relative)
+RESOLUTION = 1e-4
 
 
-def difference_limits(reach: list[float]) -> float:
+def difference_limits(reach: list[float], floor: float = 0.0) -> float:
     """The half-width a difference panel shows, from each row's reach (max of |mean|, |low|,
-    |high|): all of them, but for rows in the top quarter that reach more than
-    OFF_SCALE_FACTOR times as far as the next row (those go off the scale)."""
-    ordered = sorted(reach)
+    |high|, at least `floor`): all of them, but for rows in the top quarter that reach more
+    than OFF_SCALE_FACTOR times as far as the next row (those go off the scale)."""
+    ordered = sorted(max(r, floor) for r in reach)
     if not ordered:
         return 1.0
     cut = len(ordered)
-    for i in range(max(1, math.ceil(0.75 * len(ordered))), len(ordered)):
+    for i in range(max(2, math.floor(0.75 * len(ordered))), len(ordered)):
         if ordered[i] > OFF_SCALE_FACTOR * ordered[i - 1]:
             cut = i
             break
     return max(ordered[cut - 1], 1e-9)
+
+
+def difference_text(interval: Any) -> str:
+    """+450.32, or +190.50 [−10.20, +391.20] with an interval."""
+    parts = [interval.mean]
+    if interval.low is not None and interval.high is not None:
+        parts += [interval.low, interval.high]
+    first, *bounds = (f"{v:+,.2f}".replace("-", "−") for v in parts)
+    return f"{first} [{bounds[0]}, {bounds[1]}]" if bounds else first
 
 
 def pairing_text(interval: Any) -> str:
@@ -544,7 +556,8 @@ def difference_figure(found: Any, title: str, styles: dict | None = None) -> Fig
     for ax, j in zip(axes, columns, strict=True):
         at = {s: found.by_scheme[s][j] for s in schemes if found.by_scheme[s][j] is not None}
         reach = [max(abs(v) for v in (i.mean, i.low, i.high) if v is not None) for i in at.values()]
-        half = difference_limits(reach) * 1.08
+        floor = RESOLUTION * abs(found.base_values.get(found.lengths[j], 0.0))
+        half = difference_limits(reach, floor) * 1.08
         lows = [min(i.mean, i.low if i.low is not None else i.mean) for i in at.values()]
         highs = [max(i.mean, i.high if i.high is not None else i.mean) for i in at.values()]
         left = max(-half, min(0.0, *lows) * 1.08 if lows else -half)
@@ -563,7 +576,7 @@ def difference_figure(found: Any, title: str, styles: dict | None = None) -> Fig
                 ax.text(
                     edge - 0.03 * span if ha == "right" else edge + 0.03 * span,
                     y + 0.18,
-                    f"{interval.mean:+,.2f}".replace("-", "−"),
+                    difference_text(interval),
                     ha=ha,
                     va="bottom",
                     fontsize=7,
