@@ -166,3 +166,35 @@ def bench_target() -> float:
     from bench.configs import TARGET_VS_NOPE
 
     return TARGET_VS_NOPE
+
+
+def test_evaluation_below_its_target_is_profiled_beside_training(bench, one_thread) -> None:
+    """A real profile of one evaluation batch and one training step of nope, per token."""
+    from bench.configs import TARGET_EVAL_OVER_TRAIN
+    from bench.run import profile_evaluation
+
+    report = bench.run_benchmark(
+        options(
+            bench,
+            batch_size=2,
+            steps=1,
+            warmup=1,
+            rounds=1,
+            schemes=["nope"],
+            attention=["auto"],
+            eval_batches=1,
+            max_matmul=256,
+            memory=False,
+        )
+    )
+    (nope,) = report.results
+    # evaluation slower than the target on paper, so that it is profiled whatever the timings
+    nope.eval[1].samples = [0.5 * TARGET_EVAL_OVER_TRAIN * nope.train.median]
+    profile_evaluation(report.results, lambda msg: None)
+    assert nope.eval_profile and nope.profile and nope.eval_profile_tokens > 0
+    assert any("mm" in op or "linear" in op for op in nope.eval_profile)
+    assert not any("backward" in op.lower() for op in nope.eval_profile)  # no graph in eval
+    md = bench.render_markdown(report)
+    assert "### Why: evaluation at 1× L against training, profiled (nope)" in md
+    assert "| op | training µs/token | evaluation µs/token | training ÷ evaluation |" in md
+    assert "| all ops |" in md

@@ -19,6 +19,8 @@ EVAL_FACTORS = (1, 4, 16)  # evaluation lengths, as multiples of the training le
 REFERENCE = "nope"  # the "vs nope" column: no positional work at all is the floor to compare to
 # training tok/s ≥ this × nope for every scheme (issue #26); a scheme below it is profiled
 TARGET_VS_NOPE = 0.9
+# evaluation tok/s ≥ this × training tok/s at 1× and 16× L; below it, nope's evaluation is profiled
+TARGET_EVAL_OVER_TRAIN = 3.0
 ALL_KERNELS = "all"  # --attention all: every kernel that serves a scheme
 DEFAULT_KERNEL = "auto"  # what training uses unless attention= says otherwise
 

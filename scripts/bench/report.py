@@ -10,7 +10,14 @@ from typing import Any
 
 import torch
 
-from bench.configs import ALL_KERNELS, EVAL_FACTORS, REFERENCE, TARGET_VS_NOPE, Options
+from bench.configs import (
+    ALL_KERNELS,
+    EVAL_FACTORS,
+    REFERENCE,
+    TARGET_EVAL_OVER_TRAIN,
+    TARGET_VS_NOPE,
+    Options,
+)
 from bench.memory import memory_cell
 from bench.run import Report, SchemeResult
 from bench.timing import Stat
@@ -18,7 +25,6 @@ from bench.timing import Stat
 # the project's targets for speed and memory (docs/benchmarks.md checks each)
 TARGET_VS_PEER = 1.2
 TARGET_MFU = 0.60
-TARGET_EVAL_OVER_TRAIN = 3.0
 TARGET_MEM_BYTES = 2e9
 TARGET_MEM_SCHEMES = ("alibi", "t5")
 
@@ -108,7 +114,13 @@ def render_tables(report: Report) -> list[str]:
     lines = training_table(report)
     if report.options.compile:
         lines += compiled_table(report)
-    return lines + evaluation_table(report) + kernel_table(report) + profile_tables(report)
+    return (
+        lines
+        + evaluation_table(report)
+        + kernel_table(report)
+        + profile_tables(report)
+        + eval_profile_table(report)
+    )
 
 
 PROFILE_OPS = 6  # ops shown per profiled scheme
@@ -144,6 +156,51 @@ def profile_tables(report: Report, top: int = PROFILE_OPS) -> list[str]:
             f"| {ours[op] - base.get(op, 0.0):+,.1f} |"
             for op in extra
         ]
+    return lines
+
+
+EVAL_PROFILE_OPS = 10  # ops shown in the evaluation-vs-training profile
+
+
+def eval_profile_table(report: Report, top: int = EVAL_PROFILE_OPS) -> list[str]:
+    """Why evaluation at 1× L runs below TARGET_EVAL_OVER_TRAIN × training: nope's ops per
+    token in one evaluation batch beside one training step. A forward pass has a third of a
+    step's matmul FLOPs, so an op whose training ÷ evaluation time is below the target is
+    what holds the ratio down."""
+    nope = report.result(REFERENCE)
+    if nope is None or not nope.eval_profile or not nope.profile or not nope.train_job:
+        return []
+    per_token_train = 1e3 / nope.train_job.tokens_per_step  # ms per step -> µs per token
+    per_token_eval = 1e3 / max(1, nope.eval_profile_tokens)
+    train = {op: ms * per_token_train for op, ms in nope.profile.items()}
+    evaluation = {op: ms * per_token_eval for op, ms in nope.eval_profile.items()}
+    shown = sorted(evaluation, key=evaluation.get, reverse=True)[:top]
+    f_lo = EVAL_FACTORS[0]
+    lines = [
+        "",
+        f"### Why: evaluation at {f_lo}× L against training, profiled ({REFERENCE})",
+        "",
+        f"One evaluation batch at {f_lo}× L ({nope.eval_profile_tokens:,} tokens) and one "
+        f"training step ({nope.train_job.tokens_per_step:,} tokens) of {REFERENCE} under "
+        "torch.profiler, as self time per token, the ops with the most evaluation time. A "
+        "forward pass has a third of a training step's matmul FLOPs, so evaluation reaches "
+        f"{TARGET_EVAL_OVER_TRAIN:g}× training only if every op does; the ops whose "
+        "training ÷ evaluation is well below that are what holds the ratio down.",
+        "",
+        "| op | training µs/token | evaluation µs/token | training ÷ evaluation |",
+        "|---|---:|---:|---:|",
+    ]
+    for op in shown:
+        ratio = train.get(op, 0.0) / evaluation[op] if evaluation[op] > 0 else None
+        lines.append(
+            f"| `{op}` | {train.get(op, 0.0):,.2f} | {evaluation[op]:,.2f} | "
+            f"{_num(ratio, '.2f')}× |"
+        )
+    total_train, total_eval = sum(train.values()), sum(evaluation.values())
+    lines.append(
+        f"| all ops | {total_train:,.2f} | {total_eval:,.2f} | "
+        f"{_num(total_train / total_eval if total_eval else None, '.2f')}× |"
+    )
     return lines
 
 
@@ -442,6 +499,8 @@ How to read this (and how it is measured; `scripts/benchmark.py` has the code):
   that cannot train on the device (flex on a CPU) is listed, not timed.
 - **profiles**: every scheme below the vs-nope target gets one training step under
   torch.profiler beside one of nope, and the page lists the ops with the most extra time.
+  When evaluation at 1× L runs below 3× training, one evaluation batch of nope is profiled
+  beside one training step of it, per token: the ops that do not shrink to a third.
 """
 
 

@@ -18,6 +18,7 @@ from bench.configs import (
     DEFAULT_KERNEL,
     EVAL_FACTORS,
     REFERENCE,
+    TARGET_EVAL_OVER_TRAIN,
     TARGET_VS_NOPE,
     Options,
     Pairing,
@@ -33,6 +34,7 @@ from bench.timing import (
     Stat,
     TrainJob,
     bf16_speedup,
+    default_batch_tokens,
     eval_split_tokens,
     make_setup,
     matmul_peak,
@@ -56,6 +58,10 @@ class SchemeResult:
     eval_flops: dict[int, float] = field(default_factory=dict)  # factor -> forward FLOPs/token
     train_job: TrainJob | None = None
     profile: dict[str, float] | None = None  # op -> ms of self time in one training step
+    eval_job: EvalJob | None = None  # the evaluation at 1× L
+    # op -> ms of self time in one evaluation batch at 1× L, and the tokens it scored
+    eval_profile: dict[str, float] | None = None
+    eval_profile_tokens: int = 0
     params: int = 0
     peer: Stat | None = None
     peer_note: str = ""
@@ -195,6 +201,7 @@ def build_jobs(
         for factor in EVAL_FACTORS:
             job = EvalJob(setup, model, split, factor * L)
             r.eval[factor] = job.stat
+            r.eval_job = r.eval_job or job
             jobs.append(job)
         results.append(r)
     return results, jobs
@@ -243,6 +250,7 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
     if after > peak:
         peak, peak_size = after, after_size
     profile_slow_schemes(results, say)
+    profile_evaluation(results, say)
     return Report(
         options=options,
         setup=setup,
@@ -288,21 +296,50 @@ def measure_peaks(
         )
 
 
-def op_times(job: TrainJob) -> dict[str, float]:
-    """Self time (ms) of every op in one training step of `job`, by op name (torch.profiler;
-    device time on a GPU)."""
+def op_times(job: TrainJob | EvalJob) -> dict[str, float]:
+    """Self time (ms) of every op in one training step of `job`, or in one evaluation batch
+    of an EvalJob, by op name (torch.profiler; device time on a GPU)."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = job.setup.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    job.module.train()
+    if isinstance(job, TrainJob):
+        job.module.train()
     with profile(activities=activities) as prof:
-        job.step()
+        if isinstance(job, TrainJob):
+            job.step()
+        else:
+            job.warm_up(1)  # one batch of the real evaluation
         job.setup.sync()
     return {
         e.key: (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e3
         for e in prof.key_averages()
     }
+
+
+def profile_evaluation(results: list[SchemeResult], say: Callable[[str], None]) -> None:
+    """Where a forward pass spends its time next to a training step: one evaluation batch
+    at 1× L of nope beside one training step of it, when some row's evaluation at 1× L runs
+    below TARGET_EVAL_OVER_TRAIN × its training (the page shows the ops per token)."""
+    nope = next((r for r in results if r.scheme == REFERENCE), None)
+    if nope is None or nope.train_job is None or nope.eval_job is None:
+        return
+    factor = EVAL_FACTORS[0]
+    below = [
+        r
+        for r in results
+        if r.train.samples
+        and factor in r.eval
+        and r.eval[factor].samples
+        and r.eval[factor].median < TARGET_EVAL_OVER_TRAIN * r.train.median
+    ]
+    if not below:
+        return
+    say(f"profiling one evaluation batch and one training step of {REFERENCE}")
+    nope.profile = nope.profile or op_times(nope.train_job)
+    nope.eval_profile = op_times(nope.eval_job)
+    batch = max(1, default_batch_tokens(nope.eval_job.setup.device) // nope.eval_job.length)
+    nope.eval_profile_tokens = batch * nope.eval_job.length
 
 
 def profile_slow_schemes(results: list[SchemeResult], say: Callable[[str], None]) -> None:
