@@ -526,3 +526,18 @@ def test_the_first_line_says_where_only_some_rows_recorded_precision_and_cap():
     assert scored_note([old, new]) == (
         " (100 tokens scored; the whole split where recorded; precision 32-true where recorded)"
     )
+
+
+def test_the_seeds_note_keeps_a_row_name_with_a_comma_whole():
+    from poslab.evaluation.tables import seeds_note
+
+    rows = [
+        {"scheme": "alibi", "n_seeds": 3},
+        {"scheme": "nope, stick-breaking", "n_seeds": 3},
+        {"scheme": "nope", "n_seeds": 1},
+    ]
+    assert seeds_note(rows) == (
+        "Rows merged over seeds (alibi; nope, stick-breaking) show mean ± sample sd over 3 "
+        "seeds; the other rows are one seed."
+    )
+    assert "(alibi, rope)" in seeds_note([*rows[:1], {"scheme": "rope", "n_seeds": 3}, rows[2]])

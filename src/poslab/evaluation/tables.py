@@ -84,8 +84,11 @@ def seeds_note(rows: list[dict]) -> str:
     merged = {r["scheme"] for r in rows if r.get("n_seeds", 1) > 1}
     n = "/".join(str(c) for c in counts if c > 1)
     if len(merged) < len({r["scheme"] for r in rows}):
+        # a row's name may hold a comma ("nope, stick-breaking"): then the names are listed
+        # with semicolons, so that no one reads "nope" as a merged row
+        sep = "; " if any("," in name for name in merged) else ", "
         return (
-            f"Rows merged over seeds ({', '.join(sorted(merged))}) show mean ± sample sd over "
+            f"Rows merged over seeds ({sep.join(sorted(merged))}) show mean ± sample sd over "
             f"{n} seeds; the other rows are one seed."
         )
     return f"Cells are mean ± sample sd over {n} seeds."
