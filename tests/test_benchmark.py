@@ -196,5 +196,23 @@ def test_evaluation_below_its_target_is_profiled_beside_training(bench, one_thre
     assert not any("backward" in op.lower() for op in nope.eval_profile)  # no graph in eval
     md = bench.render_markdown(report)
     assert "### Why: evaluation at 1× L against training, profiled (nope)" in md
-    assert "| op | training µs/token | evaluation µs/token | training ÷ evaluation |" in md
-    assert "| all ops |" in md
+    assert "| ops | training µs/token | evaluation µs/token | training ÷ evaluation |" in md
+    assert "| all ops |" in md and "| matmuls (" in md
+
+
+def test_the_evaluation_profile_groups_matmuls_and_adds_each_op_its_backward(bench) -> None:
+    from bench.report import eval_profile_rows
+
+    train = {
+        "aten::mm": 6.0,
+        "aten::addmm": 2.0,
+        "aten::gelu": 1.0,
+        "aten::gelu_backward": 2.0,
+        "aten::add": 0.5,
+    }
+    evaluation = {"aten::mm": 1.0, "aten::addmm": 2.0, "aten::gelu": 1.0, "aten::copy_": 0.25}
+    rows = eval_profile_rows(train, evaluation, top=1)
+    assert rows[0][1:] == (8.0, 3.0)  # mm + addmm on both sides
+    assert rows[1] == ("`aten::gelu`", 3.0, 1.0)  # the forward and its backward
+    assert rows[2] == ("all other ops", 0.5, 0.25)
+    assert rows[3] == ("all ops", 11.5, 4.25)

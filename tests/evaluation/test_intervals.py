@@ -325,10 +325,58 @@ def test_the_difference_figure_gives_every_scheme_its_own_row_best_first(tmp_pat
         assert to_rgba(alibi.get_markerfacecolor()) == to_rgba(alibi.get_color())  # excludes 0
         assert to_rgba(t5.get_markerfacecolor()) == to_rgba("white")  # holds 0
         assert longest.get_xlim()[1] < 4870.0 / 4  # the other rows keep the scale
-        assert "+4,870.00" in [t.get_text() for t in longest.texts]
-        assert marks[y["sinusoidal"]].get_xdata()[0] == pytest.approx(longest.get_xlim()[1])
+        texts = [t for t in longest.texts if t.get_text()]
+        assert [t.get_text() for t in texts] == ["+4,870.00"]
+        arrows = [a for a in longest.texts if not a.get_text()]  # annotations: arrows
+        assert [a.xy for a in arrows] == [(pytest.approx(longest.get_xlim()[1]), y["sinusoidal"])]
+        assert y["sinusoidal"] not in marks  # no marker inside the scale
     finally:
         plt.close(fig)
+
+
+def interval_set(by_scheme: dict, lengths=(64, 128, 256), metric: str = "ppl"):
+    from poslab.evaluation.differences import DifferenceSet
+
+    return DifferenceSet("rope", "nonoverlapping", metric, list(lengths), by_scheme, {}, {})
+
+
+def test_the_difference_figure_takes_rows_with_gaps_and_clipped_intervals():
+    """A row with a value only between the panels' lengths still gets its line (no crash);
+    a row whose interval reaches far past the others is cut at the edge with an arrow and its
+    interval written; no finite difference at all: no figure."""
+    import matplotlib.pyplot as plt
+
+    from poslab.evaluation.figures import difference_figure
+    from poslab.evaluation.intervals import Interval
+
+    def iv(mean, half=None, n=3):
+        low = None if half is None else mean - half
+        return Interval(mean, low, None if half is None else mean + half, n)
+
+    found = interval_set(
+        {
+            "a": [iv(1.0, 0.5), None, iv(2.0, 0.5)],
+            "b": [None, iv(3.0), None],  # only the middle length
+            "c": [iv(0.3, 60.0), None, iv(-1.0, 0.2)],  # a 2-seed-like interval at 64
+            "d": [iv(0.5, 0.1), None, iv(1.5, 0.3)],
+        }
+    )
+    fig = difference_figure(found, "t")
+    try:
+        short, longest = fig.axes
+        labels = [t.get_text() for t in short.get_yticklabels()]
+        assert "b (1 seed)" in labels  # its seeds from the length it has
+        # b has neither shown length: ordered after the rows that have them
+        assert sorted(zip(short.get_yticks(), labels, strict=True))[0][1] == "b (1 seed)"
+        written = [t.get_text() for t in short.texts if t.get_text()]
+        assert written == ["+0.30 [−59.70, +60.30]"]
+        assert short.get_xlim()[1] < 10  # the wide interval did not set the scale
+        assert any("off the scale" in t.get_text() for t in fig.texts)
+    finally:
+        plt.close(fig)
+    assert difference_figure(interval_set({"a": [None, None, None]}), "t") is None
+    nan = interval_set({"a": [iv(float("nan")), None, None]})
+    assert difference_figure(nan, "t") is None
 
 
 def test_replot_draws_the_differences_again_to_the_baseline_the_report_names(tmp_path):

@@ -484,9 +484,10 @@ def heatmap_figure(
 
 # ---------------------------------------------------------------- differences to a baseline
 
-# a row whose interval reaches more than this many times as far as the next row's is drawn at
-# the panel's edge with its value written (one diverged scheme would otherwise squeeze every
-# other interval into a few pixels); only the top quarter of the rows can be so far off
+# a row whose interval reaches more than this many times as far as the next row's goes off the
+# panel's scale, drawn as an arrow at the edge with its value written (one diverged scheme would
+# otherwise squeeze every other interval into a few pixels); only rows past the first three
+# quarters can (of three rows, the top one)
 OFF_SCALE_FACTOR = 4.0
 # differences below this fraction of the baseline's own value count as 0 for that rule (rows of
 # one checkpoint scored alike differ by float rounding, ~1e-7 relative)
@@ -495,8 +496,9 @@ RESOLUTION = 1e-4
 
 def difference_limits(reach: list[float], floor: float = 0.0) -> float:
     """The half-width a difference panel shows, from each row's reach (max of |mean|, |low|,
-    |high|, at least `floor`): all of them, but for rows in the top quarter that reach more
-    than OFF_SCALE_FACTOR times as far as the next row (those go off the scale)."""
+    |high|, at least `floor`): all of them, but for the rows past the first three quarters (at
+    least two rows kept) that reach more than OFF_SCALE_FACTOR times as far as the row before
+    (those go off the scale)."""
     ordered = sorted(max(r, floor) for r in reach)
     if not ordered:
         return 1.0
@@ -508,41 +510,70 @@ def difference_limits(reach: list[float], floor: float = 0.0) -> float:
     return max(ordered[cut - 1], 1e-9)
 
 
-def difference_text(interval: Any) -> str:
+def difference_text(interval: Any, digits: int = 2) -> str:
     """+450.32, or +190.50 [−10.20, +391.20] with an interval."""
     parts = [interval.mean]
     if interval.low is not None and interval.high is not None:
         parts += [interval.low, interval.high]
-    first, *bounds = (f"{v:+,.2f}".replace("-", "−") for v in parts)
+    first, *bounds = (f"{v + 0.0:+,.{digits}f}".replace("-", "−") for v in parts)
     return f"{first} [{bounds[0]}, {bounds[1]}]" if bounds else first
 
 
 def pairing_text(interval: Any) -> str:
+    if interval is None:
+        return "no difference"
     if interval.low is None or interval.high is None:
         return "1 seed"
     return f"{interval.n} {'paired' if interval.paired else 'unpaired'}"
 
 
+def edge_arrow(ax: Axes, edge: float, y: float, span: float, colour: str, text: str) -> None:
+    """An arrow pointing out of the panel at `edge` (a value off the scale), `text` beside it."""
+    inward = -1.0 if edge >= 0 else 1.0  # the right edge points right, the left one left
+    ax.annotate(
+        "",
+        xy=(edge, y),
+        xytext=(edge + inward * 0.07 * span, y),
+        arrowprops={"arrowstyle": "-|>", "color": colour, "lw": 1.6, "mutation_scale": 12},
+    )
+    ax.text(
+        edge + inward * 0.03 * span,
+        y + 0.18,
+        text,
+        ha="right" if inward < 0 else "left",
+        va="bottom",
+        fontsize=7,
+        color=colour,
+    )
+
+
 def difference_figure(found: Any, title: str, styles: dict | None = None) -> Figure | None:
     """Each scheme's difference to the baseline (a `DifferenceSet`) with its 95% interval, one
     row per scheme (so that every scheme is seen, however many there are), at the shortest and
-    the longest evaluated length; best at the top, ordered by the longest length. Filled: the
-    interval excludes 0; open with a bar: it holds 0 (not distinguishable); open, no bar: a
-    one-seed row (no interval). None when no scheme has a difference."""
+    the longest length with a difference; best at the top, ordered by the longest length (rows
+    without it after the others). Filled: the interval excludes 0; open with a bar: it holds 0
+    (not distinguishable); open, no bar: a one-seed row (no interval); an arrow at a panel's
+    edge: a value (or an interval's end) off its scale. None when no scheme has a finite
+    difference."""
+
+    def usable(interval: Any) -> bool:
+        return interval is not None and math.isfinite(interval.mean)
+
     schemes = list(found.by_scheme)
-    if not schemes:
-        return None
-    columns = [
-        j
-        for j in sorted({0, len(found.lengths) - 1})
-        if any(found.by_scheme[s][j] is not None for s in schemes)
+    have = [
+        j for j in range(len(found.lengths)) if any(usable(found.by_scheme[s][j]) for s in schemes)
     ]
+    if not have:
+        return None
+    columns = sorted({have[0], have[-1]})
     sign = 1.0 if found.lower_is_better else -1.0
+    digits = 2 if found.metric == "ppl" else 3
 
     def order_key(scheme: str) -> tuple:
-        at = [found.by_scheme[scheme][j] for j in reversed(columns)]
-        first = next((i for i in at if i is not None), None)
-        return (first is None, sign * first.mean if first is not None else 0.0)
+        for rank, j in enumerate(reversed(columns)):
+            if usable(found.by_scheme[scheme][j]):
+                return (rank, sign * found.by_scheme[scheme][j].mean)
+        return (len(columns), 0.0)
 
     schemes.sort(key=order_key)
     styles = styles or {}
@@ -554,37 +585,39 @@ def difference_figure(found: Any, title: str, styles: dict | None = None) -> Fig
     what = "perplexity" if found.metric == "ppl" else "accuracy"
     better = "(← better)" if found.lower_is_better else "(better →)"
     for ax, j in zip(axes, columns, strict=True):
-        at = {s: found.by_scheme[s][j] for s in schemes if found.by_scheme[s][j] is not None}
-        reach = [max(abs(v) for v in (i.mean, i.low, i.high) if v is not None) for i in at.values()]
+        at = {s: found.by_scheme[s][j] for s in schemes if usable(found.by_scheme[s][j])}
+        ends = {
+            s: [v for v in (i.low, i.high) if v is not None and math.isfinite(v)]
+            for s, i in at.items()
+        }
+        reach = [max(abs(v) for v in (i.mean, *ends[s])) for s, i in at.items()]
         floor = RESOLUTION * abs(found.base_values.get(found.lengths[j], 0.0))
         half = difference_limits(reach, floor) * 1.08
-        lows = [min(i.mean, i.low if i.low is not None else i.mean) for i in at.values()]
-        highs = [max(i.mean, i.high if i.high is not None else i.mean) for i in at.values()]
-        left = max(-half, min(0.0, *lows) * 1.08 if lows else -half)
-        right = min(half, max(0.0, *highs) * 1.08 if highs else half)
+        lows = [min([i.mean, *ends[s]]) for s, i in at.items()]
+        highs = [max([i.mean, *ends[s]]) for s, i in at.items()]
+        left, right = max(-half, min(0.0, *lows) * 1.08), min(half, max(0.0, *highs) * 1.08)
         span = right - left or 1.0
         left, right = left - 0.04 * span, right + 0.04 * span
         for scheme, interval in at.items():
             style = styles.get((scheme, found.mode)) or fallback[scheme]
             colour, y = style["color"], ys[scheme]
-            has_ci = interval.low is not None and interval.high is not None
-            if not left <= interval.mean <= right:  # off the scale: an arrow at the edge
+            text = difference_text(interval, digits)
+            if not left <= interval.mean <= right:  # the value itself is off the scale
                 off_scale = True
-                above = interval.mean > 0
-                edge, arrow, ha = (right, ">", "right") if above else (left, "<", "left")
-                ax.plot(edge, y, marker=arrow, color=colour, ms=8, ls="none", clip_on=False)
-                ax.text(
-                    edge - 0.03 * span if ha == "right" else edge + 0.03 * span,
-                    y + 0.18,
-                    difference_text(interval),
-                    ha=ha,
-                    va="bottom",
-                    fontsize=7,
-                    color=colour,
-                )
+                edge_arrow(ax, right if interval.mean > 0 else left, y, span, colour, text)
                 continue
+            has_ci = interval.low is not None and interval.high is not None
             if has_ci:
-                ax.hlines(y, max(interval.low, left), min(interval.high, right), color=colour, lw=2)
+                low, high = max(interval.low, left), min(interval.high, right)
+                ax.hlines(y, low, high, color=colour, lw=2)
+                clipped = [
+                    e
+                    for e, cut in ((left, low > interval.low), (right, high < interval.high))
+                    if cut
+                ]
+                for edge in clipped:  # an interval's end off the scale
+                    off_scale = True
+                    edge_arrow(ax, edge, y, span, colour, text if edge == clipped[-1] else "")
             filled = has_ci and interval.distinguishable
             ax.plot(
                 interval.mean,
@@ -603,18 +636,21 @@ def difference_figure(found: Any, title: str, styles: dict | None = None) -> Fig
         factor = found.factors.get(n)
         ax.set_title(f"at {n:,} tokens" + (f" ({factor:g}× L)" if factor else ""))
         ax.set_xlabel(f"{what} − {found.baseline}'s {better}")
-    shown_at = {
-        s: next(found.by_scheme[s][j] for j in columns if found.by_scheme[s][j]) for s in schemes
-    }
+
+    def seeds_of(scheme: str) -> Any:
+        shown = [found.by_scheme[scheme][j] for j in columns]
+        return next((i for i in shown + found.by_scheme[scheme] if usable(i)), None)
+
     axes[0].set_yticks(
-        [ys[s] for s in schemes], [f"{s} ({pairing_text(shown_at[s])})" for s in schemes]
+        [ys[s] for s in schemes], [f"{s} ({pairing_text(seeds_of(s))})" for s in schemes]
     )
     fig.suptitle(title)
     notes = [
         "bar: 95% CI of the difference (paired: over the seeds both rows ran; unpaired: Welch's "
         "from mean ± sd). Filled: the interval excludes 0; open with a bar: it holds 0 (not "
         "distinguishable); open without a bar: one seed, no interval.",
-        "▶ / ◀ at a panel's edge: a difference off the scale, its value written beside it."
+        "an arrow at a panel's edge: a difference, or an end of its interval, off the scale; "
+        "the values are written beside it."
         if off_scale
         else None,
     ]

@@ -198,7 +198,12 @@ def report_figures(
             position_figure(position_rows or [], position_title, styles, series_key),
         )
     if baseline is not None and series_key == "scheme":
-        found = difference_set(rows, baseline, rows[0]["mode"])
+        # the first mode in which some row has a difference (the baseline may lack a mode)
+        modes = dict.fromkeys(r["mode"] for r in rows)
+        found = next(
+            (f for f in (difference_set(rows, baseline, m) for m in modes) if f.by_scheme),
+            difference_set(rows, baseline, rows[0]["mode"]),
+        )
         what = "accuracy" if found.metric == "accuracy" else "perplexity"
         fig = difference_figure(
             found,
