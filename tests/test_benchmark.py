@@ -131,24 +131,29 @@ def test_named_kernels_must_serve_every_scheme(bench) -> None:
         plan(options(bench, schemes=["rope", "cope"], attention=["sdpa"]))
 
 
-def test_schemes_below_target_are_profiled_against_nope(bench, one_thread) -> None:
-    """A real profile of one step of each; the page lists the ops with the most extra time."""
-    from bench.run import profile_slow_schemes
-
-    report = bench.run_benchmark(
+def one_round(bench, schemes: list[str]):
+    """A real benchmark of `schemes` at the smallest size: one round of one step each."""
+    return bench.run_benchmark(
         options(
             bench,
             batch_size=2,
             steps=1,
             warmup=1,
             rounds=1,
-            schemes=["nope", "fire"],
+            schemes=schemes,
             attention=["auto"],
             eval_batches=1,
             max_matmul=256,
             memory=False,
         )
     )
+
+
+def test_schemes_below_target_are_profiled_against_nope(bench, one_thread) -> None:
+    """A real profile of one step of each; the page lists the ops with the most extra time."""
+    from bench.run import profile_slow_schemes
+
+    report = one_round(bench, ["nope", "fire"])
     nope, fire = report.results
     assert not report.kernel_rows
     # make fire slower than the target on paper, so that it is profiled whatever the timings
@@ -173,20 +178,7 @@ def test_evaluation_below_its_target_is_profiled_beside_training(bench, one_thre
     from bench.configs import TARGET_EVAL_OVER_TRAIN
     from bench.run import profile_evaluation
 
-    report = bench.run_benchmark(
-        options(
-            bench,
-            batch_size=2,
-            steps=1,
-            warmup=1,
-            rounds=1,
-            schemes=["nope"],
-            attention=["auto"],
-            eval_batches=1,
-            max_matmul=256,
-            memory=False,
-        )
-    )
+    report = one_round(bench, ["nope"])
     (nope,) = report.results
     # evaluation slower than the target on paper, so that it is profiled whatever the timings
     nope.eval[1].samples = [0.5 * TARGET_EVAL_OVER_TRAIN * nope.train.median]
