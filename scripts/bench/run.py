@@ -34,7 +34,6 @@ from bench.timing import (
     Stat,
     TrainJob,
     bf16_speedup,
-    default_batch_tokens,
     eval_split_tokens,
     make_setup,
     matmul_peak,
@@ -325,21 +324,18 @@ def profile_evaluation(results: list[SchemeResult], say: Callable[[str], None]) 
     if nope is None or nope.train_job is None or nope.eval_job is None:
         return
     factor = EVAL_FACTORS[0]
-    below = [
-        r
-        for r in results
-        if r.train.samples
+    if not any(
+        r.train.samples
         and factor in r.eval
         and r.eval[factor].samples
         and r.eval[factor].median < TARGET_EVAL_OVER_TRAIN * r.train.median
-    ]
-    if not below:
+        for r in results
+    ):
         return
     say(f"profiling one evaluation batch and one training step of {REFERENCE}")
     nope.profile = nope.profile or op_times(nope.train_job)
     nope.eval_profile = op_times(nope.eval_job)
-    batch = max(1, default_batch_tokens(nope.eval_job.setup.device) // nope.eval_job.length)
-    nope.eval_profile_tokens = batch * nope.eval_job.length
+    nope.eval_profile_tokens = nope.eval_job.batch_tokens
 
 
 def profile_slow_schemes(results: list[SchemeResult], say: Callable[[str], None]) -> None:

@@ -273,12 +273,16 @@ class EvalJob:
         )
         return result.tokens / result.seconds
 
+    @property
+    def batch_tokens(self) -> int:
+        """The tokens one evaluation batch scores (score()'s default batch at this length)."""
+        return max(1, default_batch_tokens(self.setup.device) // self.length) * self.length
+
     def warm_up(self, steps: int) -> None:
         from poslab.data.tokens import TokenizedSplit
 
         if steps:  # one batch: kernel selection, allocator growth
-            batch = max(1, default_batch_tokens(self.setup.device) // self.length)
-            n = batch * self.length + 1
+            n = self.batch_tokens + 1
             self._score(
                 TokenizedSplit(self.split.ids[:n], self.split.words[:n], self.split.bytes[:n])
             )
