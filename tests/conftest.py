@@ -134,21 +134,66 @@ def eval_cfg(**overrides) -> DictConfig:
     return cfg
 
 
+def score_checkpoint(ckpt: Path | str, cfg: DictConfig) -> list[dict]:
+    """The rows `evaluate_checkpoint` returns for a text checkpoint (its planning and scoring),
+    without writing the reports: for tests of the numbers (the reports have tests of their
+    own, and drawing two figures costs more than scoring a tiny model)."""
+    from poslab.evaluation.run import evaluate_text, plan_checkpoint
+
+    rows, _ = evaluate_text(plan_checkpoint(ckpt, cfg), None, None)
+    return rows
+
+
 class TrainedRuns(Mapping):
     """scheme -> (run folder, final metrics) of one tiny training run per scheme (real Trainer,
     checkpoints and eval files on disk), each trained the first time it is asked for: a test
-    that needs two schemes' runs does not wait for every scheme's."""
+    that needs two schemes' runs does not wait for every scheme's.
+
+    The runs are shared by the pytest-xdist workers: a scheme is trained once per test session,
+    by the first worker that asks (a file lock per scheme), and read from disk by the others."""
 
     def __init__(self, corpus: Path, root: Path) -> None:
-        self.corpus, self.root, self.runs = corpus, root, {}
+        self.corpus, self.root = corpus, root
+        self.locks = root.parent / f"{root.name}.locks"  # beside the runs: not a run folder
+        self.locks.mkdir(parents=True, exist_ok=True)
+
+    def _metrics_file(self, scheme: str) -> Path:
+        return self.locks / f"{scheme}.json"
+
+    def _train(self, scheme: str, timeout: float) -> bool:
+        """Train `scheme` unless it is trained; False when another worker holds it (timeout)."""
+        from filelock import FileLock, Timeout
+
+        try:
+            with FileLock(str(self.locks / f"{scheme}.lock"), timeout=timeout):
+                if not self._metrics_file(scheme).exists():
+                    metrics = train_in_process(scheme, self.corpus, self.root / scheme)
+                    self._metrics_file(scheme).write_text(json.dumps(metrics))
+        except Timeout:
+            return False
+        return True
 
     def __getitem__(self, scheme: str) -> tuple[Path, dict]:
         if scheme not in SCHEMES:
             raise KeyError(scheme)
-        if scheme not in self.runs:
-            out = self.root / scheme
-            self.runs[scheme] = (out, train_in_process(scheme, self.corpus, out))
-        return self.runs[scheme]
+        if not self._metrics_file(scheme).exists():
+            self._train(scheme, timeout=-1)  # -1: wait for a worker training it
+        return self.root / scheme, json.loads(self._metrics_file(scheme).read_text())
+
+    def train_all(self) -> None:
+        """Every scheme trained: first those no other worker is training, then wait for the
+        rest, so two workers asking for all of them split the work instead of queueing."""
+        waiting = [s for s in SCHEMES if not self._train(s, timeout=0)]
+        for scheme in waiting:
+            self._train(scheme, timeout=-1)
+
+    def values(self):  # noqa: ANN201 (Mapping's view)
+        self.train_all()
+        return super().values()
+
+    def items(self):  # noqa: ANN201 (Mapping's view)
+        self.train_all()
+        return super().items()
 
     def __iter__(self) -> Iterator[str]:
         return iter(SCHEMES)
@@ -159,8 +204,11 @@ class TrainedRuns(Mapping):
 
 @pytest.fixture(scope="session")
 def trained_runs(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> TrainedRuns:
-    """One tiny training run per scheme: scheme -> (run folder, final metrics)."""
-    return TrainedRuns(corpus, tmp_path_factory.mktemp("runs"))
+    """One tiny training run per scheme: scheme -> (run folder, final metrics), shared by the
+    xdist workers of this session (their base folders' common parent)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return TrainedRuns(corpus, shared / "trained_runs")
 
 
 def contract_problems(result: subprocess.CompletedProcess, expected: str, out: Path) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SCHEMES, eval_cfg, run_in_process
+from conftest import SCHEMES, eval_cfg, run_in_process, score_checkpoint
 
 import poslab.evaluation.run
 from poslab.errors import ConfigError
@@ -51,14 +51,12 @@ def test_after_train_evaluation_files_exist(trained_runs):
 
 
 @pytest.mark.parametrize("scheme", [s for s in SCHEMES if scheme_class(s).shift_invariant])
-def test_checkpoint_offset_invariance(trained_runs, tmp_path, scheme):
+def test_checkpoint_offset_invariance(trained_runs, scheme):
     """eval.position_offset leaves the perplexity of a trained shift-invariant scheme as it is."""
     ckpt = trained_runs[scheme][0] / "checkpoints" / "best.ckpt"
     cfg = dict(factors=[1, 4], modes=["nonoverlapping"])
-    base = evaluate_checkpoint(ckpt, eval_cfg(**cfg), out_dir=tmp_path / "a")
-    shifted = evaluate_checkpoint(
-        ckpt, eval_cfg(position_offset=777, **cfg), out_dir=tmp_path / "b"
-    )
+    base = score_checkpoint(ckpt, eval_cfg(**cfg))
+    shifted = score_checkpoint(ckpt, eval_cfg(position_offset=777, **cfg))
     for a, b in zip(base, shifted, strict=True):
         assert b["ppl"] == pytest.approx(a["ppl"], rel=1e-4)
 
@@ -116,15 +114,13 @@ def test_eval_py_cli_prints_the_table(trained_runs, tmp_path, monkeypatch, capfd
 
 
 @pytest.mark.parametrize("scheme", ["rope", "alibi"])
-def test_bf16_and_fp32_perplexities_agree_on_a_trained_checkpoint(trained_runs, tmp_path, scheme):
+def test_bf16_and_fp32_perplexities_agree_on_a_trained_checkpoint(trained_runs, scheme):
     """eval.precision=bf16-mixed (auto's choice on bf16-native hardware) changes perplexity by
     less than 0.5% at the training length and at 4× it."""
     ckpt = trained_runs[scheme][0] / "checkpoints" / "best.ckpt"
     cfg = dict(factors=[1, 4], max_tokens=600)
-    fp32 = evaluate_checkpoint(ckpt, eval_cfg(precision="32-true", **cfg), out_dir=tmp_path / "a")
-    bf16 = evaluate_checkpoint(
-        ckpt, eval_cfg(precision="bf16-mixed", **cfg), out_dir=tmp_path / "b"
-    )
+    fp32 = score_checkpoint(ckpt, eval_cfg(precision="32-true", **cfg))
+    bf16 = score_checkpoint(ckpt, eval_cfg(precision="bf16-mixed", **cfg))
     for a, b in zip(fp32, bf16, strict=True):
         assert a["tokens"] == b["tokens"] > 0
         assert abs(b["ppl"] - a["ppl"]) / a["ppl"] < 0.005, (a["length"], a["ppl"], b["ppl"])

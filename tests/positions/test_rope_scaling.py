@@ -7,10 +7,9 @@ import math
 
 import pytest
 import torch
-from conftest import eval_cfg, train_in_process
+from conftest import eval_cfg, score_checkpoint, train_in_process
 
 from poslab.errors import ConfigError
-from poslab.evaluation.run import evaluate_checkpoint
 from poslab.positions import build_scheme, scheme_configs
 from poslab.positions.rope import rope_theta
 from poslab.positions.rope_scaling import RopeScaling, eval_overrides, resolve_factor
@@ -271,14 +270,14 @@ def rope_checkpoints(trained_runs, corpus, tmp_path_factory) -> dict[str, object
 
 
 @pytest.mark.parametrize("pairing", ["interleaved", "half"])
-def test_every_kind_evaluates_a_rope_checkpoint_at_16x(rope_checkpoints, pairing, tmp_path):
+def test_every_kind_evaluates_a_rope_checkpoint_at_16x(rope_checkpoints, pairing):
     ckpt = rope_checkpoints[pairing]
-    plain = evaluate_checkpoint(ckpt, eval_cfg(factors=[1, 16]), out_dir=tmp_path / "plain")
+    plain = score_checkpoint(ckpt, eval_cfg(factors=[1, 16]))
     base = {r["length"]: r for r in plain}
-    for i, scaling in enumerate(KINDS):
+    for scaling in KINDS:
         for logn in (False, True):
             cfg = eval_cfg(factors=[1, 16], rope_scaling=scaling, logn_scaling=logn)
-            rows = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / f"{i}{logn}")
+            rows = score_checkpoint(ckpt, cfg)
             by_length = {r["length"]: r for r in rows}
             assert all(r["status"] == "ok" and math.isfinite(r["ppl"]) for r in rows)
             assert by_length[256]["ppl"] != base[256]["ppl"], scaling  # it acted at 16×

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import eval_cfg
+from conftest import eval_cfg, score_checkpoint
 from models import VOCAB, tiny_gpt, tokens
 
 from poslab.errors import ConfigError
@@ -494,23 +494,19 @@ def test_null_options_in_the_eval_config_mean_the_kind_defaults():
 # ---- end to end: eval.py's path on a trained rope checkpoint ----------------------------------
 
 
-def test_new_kinds_evaluate_a_rope_checkpoint_at_16x(trained_runs, tmp_path):
-    from poslab.evaluation.run import evaluate_checkpoint
-
+def test_new_kinds_evaluate_a_rope_checkpoint_at_16x(trained_runs):
     ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"  # model=tiny: head_dim 32
-    plain = evaluate_checkpoint(ckpt, eval_cfg(factors=[1, 16]), out_dir=tmp_path / "plain")
+    plain = score_checkpoint(ckpt, eval_cfg(factors=[1, 16]))
     base = {r["length"]: r for r in plain}
-    for i, scaling in enumerate(
-        [
-            {"kind": "llama3"},
-            {"kind": "longrope", **longrope_lists(16)},
-            {"kind": "yarn", "ramp": "reference"},
-            {"kind": "selfextend"},
-            {"kind": "lminfinite", "n_global": 2},
-        ]
-    ):
+    for scaling in [
+        {"kind": "llama3"},
+        {"kind": "longrope", **longrope_lists(16)},
+        {"kind": "yarn", "ramp": "reference"},
+        {"kind": "selfextend"},
+        {"kind": "lminfinite", "n_global": 2},
+    ]:
         cfg = eval_cfg(factors=[1, 16], rope_scaling=scaling)
-        rows = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / str(i))
+        rows = score_checkpoint(ckpt, cfg)
         by_length = {r["length"]: r for r in rows}
         assert all(r["status"] == "ok" and math.isfinite(r["ppl"]) for r in rows), scaling
         assert by_length[256]["ppl"] != base[256]["ppl"], scaling  # it acted at 16×

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from conftest import CONF
+from conftest import CONF, score_checkpoint
 from models import tiny_gpt
 
 from poslab.build import scheme_with_overrides
@@ -150,19 +150,17 @@ def test_the_new_kernels_and_options_train_and_evaluate_at_16x(corpus, overrides
         assert all(math.isfinite(r["ppl"]) for r in rows)
 
 
-def test_a_base_override_on_a_rope_checkpoint_changes_perplexity(trained_runs, tmp_path):
+def test_a_base_override_on_a_rope_checkpoint_changes_perplexity(trained_runs):
     """The silent wrong result of the first edition: the trained θ buffer came back over the
     new base. θ is now rebuilt from pos.base."""
     from omegaconf import OmegaConf
 
-    from poslab.evaluation.run import evaluate_checkpoint
-
     ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"
     cfg = OmegaConf.load(CONF / "eval" / "default.yaml")
     cfg.merge_with({"factors": [4], "max_tokens": 1500, "log_wandb": False})
-    plain = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / "a")[0]["ppl"]
+    plain = score_checkpoint(ckpt, cfg)[0]["ppl"]
     cfg.pos_overrides = {"base": 500000.0}
-    changed = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / "b")[0]["ppl"]
+    changed = score_checkpoint(ckpt, cfg)[0]["ppl"]
     assert abs(changed - plain) / plain > 1e-3
 
 
