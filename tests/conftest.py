@@ -167,6 +167,9 @@ class TrainedRuns(Mapping):
         try:
             with FileLock(str(self.locks / f"{scheme}.lock"), timeout=timeout):
                 if not self._metrics_file(scheme).exists():
+                    # a folder without its metrics is a worker's crashed attempt: start afresh
+                    # (a run folder left there would be resumed)
+                    shutil.rmtree(self.root / scheme, ignore_errors=True)
                     metrics = train_in_process(scheme, self.corpus, self.root / scheme)
                     self._metrics_file(scheme).write_text(json.dumps(metrics))
         except Timeout:
