@@ -153,7 +153,7 @@ class TrainedRuns(Mapping):
     by the first worker that asks (a file lock per scheme), and read from disk by the others."""
 
     def __init__(self, corpus: Path, root: Path) -> None:
-        self.corpus, self.root = corpus, root
+        self.corpus, self.root, self.metrics = corpus, root, {}
         self.locks = root.parent / f"{root.name}.locks"  # beside the runs: not a run folder
         self.locks.mkdir(parents=True, exist_ok=True)
 
@@ -171,7 +171,11 @@ class TrainedRuns(Mapping):
                     # (a run folder left there would be resumed)
                     shutil.rmtree(self.root / scheme, ignore_errors=True)
                     metrics = train_in_process(scheme, self.corpus, self.root / scheme)
-                    self._metrics_file(scheme).write_text(json.dumps(metrics))
+                    # renamed into place: a worker that checks for the file outside the lock
+                    # never reads it half written
+                    partial = self.locks / f"{scheme}.json.partial"
+                    partial.write_text(json.dumps(metrics))
+                    partial.replace(self._metrics_file(scheme))
         except Timeout:
             return False
         return True
@@ -179,9 +183,11 @@ class TrainedRuns(Mapping):
     def __getitem__(self, scheme: str) -> tuple[Path, dict]:
         if scheme not in SCHEMES:
             raise KeyError(scheme)
-        if not self._metrics_file(scheme).exists():
-            self._train(scheme, timeout=-1)  # -1: wait for a worker training it
-        return self.root / scheme, json.loads(self._metrics_file(scheme).read_text())
+        if scheme not in self.metrics:
+            if not self._metrics_file(scheme).exists():
+                self._train(scheme, timeout=-1)  # -1: wait for a worker training it
+            self.metrics[scheme] = json.loads(self._metrics_file(scheme).read_text())
+        return self.root / scheme, self.metrics[scheme]
 
     def train_all(self) -> None:
         """Every scheme trained: first those no other worker is training, then wait for the
