@@ -317,6 +317,36 @@ def test_a_schedule_of_bias_and_decay_schemes_matches_across_kernels():
     torch.testing.assert_close(outs[1], outs[0], atol=2e-5, rtol=0)
 
 
+@pytest.mark.skipif(not flex_available(), reason="needs FlexAttention (torch >= 2.5)")
+@pytest.mark.parametrize(
+    ("scheme", "options", "dense"),
+    [
+        ("alibi", {"learnable_slopes": True}, False),
+        ("t5", {"per_layer": True}, False),
+        ("kerple", {"variant": "power"}, False),
+        ("sandwich", {}, False),
+        ("fire", {}, True),
+        ("schedule", {"layers": ["t5", "fire"]}, False),
+    ],
+)
+def test_flex_reads_every_learnable_bias_in_a_form_it_can_differentiate(scheme, options, dense):
+    """Compiled FlexAttention's backward (CUDA) takes a captured tensor's gradient only where the
+    score_mod indexes it once, directly; the first GPU run failed to compile T5's table, which
+    was selected by layer inside the score_mod. Each scheme now prepares its learnable tensors
+    outside (flex_score_bias) or, with none such form (FIRE's MLP), hands the dense table of its
+    attention_bias: the same logits as the reference kernel here (eager, forward), and the same
+    gradients on a GPU (tests/test_cuda_current.py)."""
+    pos = build_scheme(scheme, d_model=64, **options)
+    assert (pos.flex_score_bias(0) is None) == dense
+    idx = tokens(2, 40)
+    outs = []
+    for kernel in ("blockwise", "flex"):
+        model = tiny_gpt(scheme, kernel, d_model=64, **options)
+        with torch.no_grad():
+            outs.append(model(idx))
+    torch.testing.assert_close(outs[1], outs[0], atol=2e-5, rtol=1e-5)
+
+
 def test_a_schedule_repeats_its_pattern_and_shares_a_scheme_between_layers():
     pos = build_scheme("schedule", n_layer=6, layers=["rope", "rope", "nope"])
     assert [type(pos.member(i)).__name__ for i in range(6)] == [

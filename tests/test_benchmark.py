@@ -208,3 +208,24 @@ def test_the_evaluation_profile_groups_matmuls_and_adds_each_op_its_backward(ben
     assert rows[1] == ("`aten::gelu`", 3.0, 1.0)  # the forward and its backward
     assert rows[2] == ("all other ops", 0.5, 0.25)
     assert rows[3] == ("all ops", 11.5, 4.25)
+
+
+def test_a_job_that_fails_in_warm_up_is_left_out_and_named(bench) -> None:
+    """On the first GPU run one scheme's compile error ended the whole benchmark; now that job is
+    left out of the timings, named with its error, and the others run."""
+    from bench.configs import scheme_config
+    from bench.run import warm_up_all
+    from bench.timing import TrainJob, make_setup
+
+    from poslab.build import build_model
+
+    setup = make_setup("32-true", "cpu")
+    model = build_model(scheme_config("tiny", "alibi", 8, 16, "auto"), 64)
+    good = TrainJob(setup, model, model.loss, 2, 8, 64, steps=1)
+    bad = TrainJob(setup, model, model.loss, 2, 8, 10_000, steps=1)  # ids past the vocabulary
+    bad.label = "alibi (auto), training at L=8"
+    said = []
+    ready, failed = warm_up_all([good, bad], 1, said.append)
+    assert ready == [good] and good.first_step_s is not None
+    assert len(failed) == 1 and failed[0].startswith("alibi (auto), training at L=8: IndexError")
+    assert said == [f"left out, failed in warm-up: {failed[0]}"]

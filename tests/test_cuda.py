@@ -9,6 +9,7 @@ Run on a GPU machine with `python -m pytest tests/test_cuda.py tests/test_cuda_c
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -72,18 +73,31 @@ def _forward_backward(model: torch.nn.Module, idx: torch.Tensor, dtype: torch.dt
     return logits.detach().float().cpu(), grads
 
 
+def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    model.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+    return model.train()
+
+
+def _cpu_twin(scheme: str, kernel: str, model: torch.nn.Module) -> torch.nn.Module:
+    twin = tiny_gpt(scheme, kernel, seed=5, d_model=D_MODEL)
+    twin.load_state_dict(model.state_dict())
+    return _without_dropout(twin)
+
+
 @pytest.mark.parametrize(("scheme", "kernel"), PAIRS)
 def test_every_kernel_on_cuda_equals_the_cpu_reference(scheme, kernel):
-    """fp32 on the GPU = the CPU reference to fp32 rounding, forward and backward; bf16 autocast
-    on the GPU stays within bf16's rounding of it (a relative error far below what a wrong
-    position would cause, which the last assertion shows is large)."""
-    model = tiny_gpt(scheme, kernel, d_model=D_MODEL).train()
-    model.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
-    softmax = build_kernel(kernel).softmax
-    reference = tiny_gpt(scheme, "blockwise" if softmax else kernel, seed=5, d_model=D_MODEL)
-    reference.load_state_dict(model.state_dict())
-    reference.train()
-    reference.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+    """fp32 on the GPU = the CPU reference to fp32 rounding, forward and backward. Under bf16
+    autocast the GPU's logits stay within what bf16 does to the same kernel on the CPU (at
+    least 0.1 of the logits' spread): a fixed bound alone failed on the first GPU run for
+    schemes that amplify rounding by design (CoPE's gate sums, SSMax's s·log n, DAPE's MLP
+    over the scores, a large FIRE bias that SDPA must take in bf16), and the CPU showed the
+    same drift. The last assertion shows that a wrong position moves the logits far more than
+    the fp32 tolerance and the fixed bf16 bound."""
+    model = _without_dropout(tiny_gpt(scheme, kernel, d_model=D_MODEL))
+    kernel_on_cpu = build_kernel(kernel)
+    reference = _cpu_twin(scheme, "blockwise" if kernel_on_cpu.softmax else kernel, model)
+    # bf16 on the CPU with the same kernel where it trains there (flex does not: the reference)
+    twin = _cpu_twin(scheme, kernel, model) if kernel_on_cpu.trains_on_cpu else reference
     model.cuda()
     for length in LENGTHS:
         idx = tokens(2, length)
@@ -95,8 +109,11 @@ def test_every_kernel_on_cuda_equals_the_cpu_reference(scheme, kernel):
             torch.testing.assert_close(grad, want_grads[name], atol=2e-4, rtol=1e-3, msg=name)
 
         logits16, grads16 = _forward_backward(model, idx.cuda(), torch.bfloat16)
+        cpu16, _ = _forward_backward(twin, idx, torch.bfloat16)
         scale = want_logits.std()
-        assert (logits16 - want_logits).abs().max() < 0.1 * scale, "bf16 logits drift"
+        bound = max(0.1 * scale, 2 * (cpu16 - want_logits).abs().max())
+        drift = (logits16 - want_logits).abs().max()
+        assert drift < bound, f"bf16 logits drift {drift / scale:.3f}, bound {bound / scale:.3f}"
         assert all(torch.isfinite(g).all() for g in grads16.values())
         shuffled = want_logits[:, torch.randperm(length)]
         assert (shuffled - want_logits).abs().max() > 0.5 * scale  # the bound above means something
@@ -138,6 +155,7 @@ def test_a_real_run_on_cuda_trains_with_fused_adamw_and_clipping(
     assert stored["hyper_parameters"]["config"]["trainer"]["precision"] == "bf16-mixed"
     (group, *_) = stored["optimizer_states"][0]["param_groups"]
     assert group["fused"] is True
-    assert (tmp_path / "extrapolation" / "results.json").is_file() or any(
-        tmp_path.glob("extrapolation*/results.json")
-    )
+    # the report files of the evaluation after training (the first GPU run found this
+    # assertion looking for a name they no longer have)
+    report = json.loads((tmp_path / "extrapolation" / "extrapolation.json").read_text())
+    assert report

@@ -45,6 +45,30 @@ def test_cuda_kernels_equal_the_reference_forward_and_backward(
         torch.testing.assert_close(grad, reference[1][name], atol=1e-4, rtol=1e-3, msg=name)
 
 
+@pytest.mark.parametrize(
+    ("scheme", "scheme_options"),
+    [
+        ("alibi", {"learnable_slopes": True}),
+        ("t5", {"per_layer": True}),
+        ("kerple", {"variant": "power"}),
+        ("fire", {}),
+        ("schedule", {"layers": ["t5", "kerple"]}),
+    ],
+)
+def test_compiled_flex_learns_every_learnable_bias(scheme, scheme_options):
+    """Compiled FlexAttention's backward takes a captured tensor's gradient only where the
+    score_mod indexes it once, directly (t5's table selected by layer inside it failed to compile
+    on the first GPU run): every learnable bias reaches it in that form, or as a dense table,
+    and its gradients equal the reference kernel's."""
+    reference = _logits_and_gradients(scheme, "blockwise", {}, **scheme_options)
+    logits, grads = _logits_and_gradients(scheme, "flex", {}, **scheme_options)
+    torch.testing.assert_close(logits, reference[0], atol=1e-4, rtol=1e-4)
+    assert grads and grads.keys() == reference[1].keys()
+    for name, grad in grads.items():
+        assert grad.abs().sum() > 0, name  # the bias learns through the kernel
+        torch.testing.assert_close(grad, reference[1][name], atol=1e-4, rtol=1e-3, msg=name)
+
+
 def test_stick_breaking_trains_on_cuda_in_bf16():
     model = tiny_gpt("nope", "stick_breaking").cuda()
     model.train()

@@ -110,6 +110,25 @@ class MemoryServer:
             self.proc.wait()
 
 
+class InProcessMeasure:
+    """On a GPU: every measurement in this process, one after another. torch's allocator resets
+    its peak per measurement, so no fresh process is needed, and none can be forked: a process
+    that has asked CUDA anything (even `torch.cuda.is_available()`) cannot use CUDA in a forked
+    child ("Cannot re-initialize CUDA in forked subprocess", as the first GPU run showed)."""
+
+    def measure(self, spec: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return measure_memory(spec)
+        except Exception as err:  # a measurement that fails is a table cell, not a crash
+            return {"error": f"{type(err).__name__}: {err}"}
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        pass
+
+
 def serve_memory() -> None:
     """The loop of MemoryServer's process: one JSON spec per stdin line, one forked child per
     spec, one result line on stdout. The server itself never computes (so no thread pool exists

@@ -531,6 +531,9 @@ def render_markdown(report: Report, explain: bool = False) -> str:
     if explain:
         lines += [EXPLANATION]
     lines += ["### Machine and run", "", *render_header(report), "", *render_tables(report)]
+    if report.failed:
+        lines += ["", "### Jobs that failed (left out of the timings; their cells read nan)", ""]
+        lines += [f"- {what}" for what in report.failed]
     lines += ["", "### Targets", ""]
     conditions = off_target_conditions(report.options)
     if conditions:

@@ -25,7 +25,7 @@ from bench.configs import (
     Untimed,
     scheme_config,
 )
-from bench.memory import MemoryServer, memory_cell
+from bench.memory import InProcessMeasure, MemoryServer, memory_cell
 from bench.peer import build_peer, peer_loss, peer_version
 from bench.timing import (
     EvalJob,
@@ -88,6 +88,7 @@ class Report:
     date: str
     kernel_rows: list[SchemeResult] = field(default_factory=list)  # every other kernel
     untimed: list[Untimed] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # jobs that could not run: what and why
 
     def result(self, scheme: str) -> SchemeResult | None:
         return next((r for r in self.results if r.scheme == scheme), None)
@@ -151,6 +152,11 @@ def build_jobs(
     jobs: list[TrainJob | EvalJob] = []
     for pair in pairs:
         scheme = pair.scheme
+
+        def add(job: TrainJob | EvalJob, what: str, scheme: str = scheme, pair: Pairing = pair):
+            job.label = f"{scheme} ({pair.kernel}), {what}"
+            jobs.append(job)
+
         config = scheme_config(options.model, scheme, L, long_len, pair.kernel)
         torch.manual_seed(0)
         model = build_model(config, options.vocab).to(setup.device)
@@ -161,12 +167,12 @@ def build_jobs(
         # a forward pass is a third of a training step's FLOPs (6 -> 2 per weight and pair)
         r.eval_flops = {f: train_flops_per_token(model, f * L) / 3 for f in EVAL_FACTORS}
         r.params = sum(p.numel() for p in model.parameters())
-        jobs.append(train)
+        add(train, f"training at L={L}")
         if not pair.main:  # the kernel table: training at L (with --kernel-eval, eval at 16× L)
             if options.kernel_eval:
                 job = EvalJob(setup, model, split, EVAL_FACTORS[-1] * L)
                 r.eval[EVAL_FACTORS[-1]] = job.stat
-                jobs.append(job)
+                add(job, f"evaluation at {EVAL_FACTORS[-1] * L}")
             results.append(r)
             continue
         peer_train = None
@@ -177,7 +183,7 @@ def build_jobs(
                 peer_train = train_job(peer, peer_loss(peer))
                 r.peer = peer_train.stat
                 r.peer_params = sum(p.numel() for p in peer.parameters())
-                jobs.append(peer_train)
+                add(peer_train, "x-transformers training")
         if options.compile:
             # as trainer.compile=true does (poslab.lit): the network body compiled, the fused
             # chunked loss eager; on a copy, so that the eager jobs keep an eager model
@@ -185,23 +191,23 @@ def build_jobs(
             twin.hidden_states = torch.compile(twin.hidden_states)
             r.compiled_job = train_job(twin, twin.loss, compiled=True)
             r.compiled = r.compiled_job.stat
-            jobs.append(r.compiled_job)
+            add(r.compiled_job, "compiled training")
             if peer_train is not None:
                 peer_twin = copy.deepcopy(peer_train.module)
                 compiled_loss = peer_loss(torch.compile(peer_twin))
                 r.peer_compiled_job = train_job(peer_twin, compiled_loss, compiled=True)
                 r.peer_compiled = r.peer_compiled_job.stat
-                jobs.append(r.peer_compiled_job)
+                add(r.peer_compiled_job, "x-transformers compiled training")
         # one step per round: at 16·L a step of the slow schemes (DAPE, FIRE, CoPE) takes
         # tens of seconds on a CPU, and eval/train 16× needs its rate, not many samples
         long = train_job(model, model.loss, long_batch, long_len, steps=1)
         r.train_long = long.stat
-        jobs.append(long)
+        add(long, f"training at {long_len}")
         for factor in EVAL_FACTORS:
             job = EvalJob(setup, model, split, factor * L)
             r.eval[factor] = job.stat
             r.eval_job = r.eval_job or job
-            jobs.append(job)
+            add(job, f"evaluation at {factor * L}")
         results.append(r)
     return results, jobs
 
@@ -214,7 +220,9 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
     started = time.perf_counter()
     setup = make_setup(options.precision, options.device)
     pairs, untimed = plan(options)
-    server = MemoryServer() if options.memory else None  # it imports while we build
+    server: MemoryServer | InProcessMeasure | None = None
+    if options.memory:  # a server of fresh processes on a CPU (peak RSS), imports while we build
+        server = InProcessMeasure() if setup.device.type == "cuda" else MemoryServer()
     try:
         everything, jobs = build_jobs(options, setup, pairs)
         results = [r for r in everything if r.main]
@@ -226,8 +234,7 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
             server.close()
 
     say(f"warm-up: {options.warmup} steps of each of {len(jobs)} jobs")
-    for job in jobs:
-        job.warm_up(options.warmup)
+    jobs, failed = warm_up_all(jobs, options.warmup, say)
     for r in results:
         r.compile_s = r.compiled_job.first_step_s if r.compiled_job else None
         r.peer_compile_s = r.peer_compiled_job.first_step_s if r.peer_compiled_job else None
@@ -262,11 +269,31 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
         date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         kernel_rows=[r for r in everything if not r.main],
         untimed=untimed,
+        failed=failed,
     )
 
 
+def warm_up_all(
+    jobs: list[TrainJob | EvalJob], steps: int, say: Callable[[str], None]
+) -> tuple[list[TrainJob | EvalJob], list[str]]:
+    """Warm every job up; one that fails (a kernel that does not compile on this device, say)
+    is left out of the timings and named in the report, and the other jobs still run: on the
+    first GPU run one scheme's compile error ended the whole benchmark."""
+    ready, failed = [], []
+    for job in jobs:
+        try:
+            job.warm_up(steps)
+        except Exception as err:
+            reason = (str(err).strip().splitlines() or [""])[0][:160]
+            failed.append(f"{job.label}: {type(err).__name__}: {reason}")
+            say(f"left out, failed in warm-up: {failed[-1]}")
+            continue
+        ready.append(job)
+    return ready, failed
+
+
 def measure_peaks(
-    server: MemoryServer,
+    server: MemoryServer | InProcessMeasure,
     results: list[SchemeResult],
     options: Options,
     setup: Setup,

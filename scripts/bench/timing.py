@@ -213,6 +213,7 @@ class TrainJob:
         self.first_step_s: float | None = None
         self.compiled = compiled
         self.stat = Stat()
+        self.label = "training"  # what the report calls it (set where the job is planned)
 
     @property
     def tokens_per_step(self) -> int:
@@ -258,6 +259,7 @@ class EvalJob:
         self.split = split
         self.length = length
         self.stat = Stat()
+        self.label = f"evaluation at {length}"
 
     def _score(self, split: TokenizedSplit) -> float:
         from poslab.evaluation.perplexity import score

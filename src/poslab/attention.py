@@ -205,13 +205,16 @@ class FlexMask:
 
     def __init__(
         self,
-        score_bias: ScoreBias | None,
+        score_bias: ScoreBias | Tensor | None,
         positions_fp32: Tensor,
         position_axes: int = 0,
         decay: Tensor | None = None,
         window: int | None = None,
         block_masks: dict[int | None, Any] | None = None,
     ) -> None:
+        """`score_bias`: the scheme's bias as a function of (head, q position, k position), or
+        its dense table (H or B·H, T, T) where the scheme has no form FlexAttention can
+        differentiate (`PositionalScheme.flex_score_bias`)."""
         if not flex_available():
             raise ConfigError("attention=flex needs torch >= 2.5; use attention=sdpa")
         # positions are (…, T), or (…, T, A) for a scheme of A position axes
@@ -222,14 +225,24 @@ class FlexMask:
         self.block_mask = block_masks[window]
         batched = positions_fp32.dim() == (3 if position_axes else 2)  # per sequence
         pos = positions_fp32 if batched else positions_fp32[None]
-        decay = decay.float() if decay is not None else None  # (B, H, T): c_i − c_j
+        # Compiled FlexAttention differentiates a captured tensor only where the score_mod
+        # indexes it once, directly (its backward scatters the gradient straight out): the
+        # decay is read twice, so the keys read a copy; a learnable bias comes as tensors
+        # prepared outside (flex_score_bias), or as one dense table
+        decay_q = decay.float() if decay is not None else None  # (B, H, T): c_i − c_j
+        decay_k = decay_q.clone() if decay_q is not None and decay_q.requires_grad else decay_q
+        table = score_bias if isinstance(score_bias, Tensor) else None
+        table_batched = table is not None and table.dim() == 4
 
         def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor):
-            if score_bias is not None:
+            if table is not None:
+                entry = table[b, h, q_idx, kv_idx] if table_batched else table[h, q_idx, kv_idx]
+                score = score + entry.to(score.dtype)
+            elif score_bias is not None:
                 row = pos[b] if batched else pos[0]
                 score = score + score_bias(h, row[q_idx], row[kv_idx]).to(score.dtype)
-            if decay is not None:
-                score = score + (decay[b, h, q_idx] - decay[b, h, kv_idx]).to(score.dtype)
+            if decay_q is not None:
+                score = score + (decay_q[b, h, q_idx] - decay_k[b, h, kv_idx]).to(score.dtype)
             return score
 
         self.score_mod = score_mod if score_bias is not None or decay is not None else None
@@ -530,7 +543,7 @@ class Flex(AttentionKernel):
         decay: Tensor | None = None,
         block_masks: dict[int | None, Any] | None = None,
     ) -> FlexMask:
-        score_bias = _score_bias_fn(pos, layer) if pos.layer_needs(layer) == "bias" else None
+        score_bias = _flex_bias(pos, prepared, layer) if pos.layer_needs(layer) == "bias" else None
         window = self.window_of(layer)
         return FlexMask(score_bias, prepared.fp32, pos.position_axes, decay, window, block_masks)
 
@@ -581,8 +594,15 @@ class Auto(AttentionKernel):
         return self.chosen(q, k, v, pos, prepared, state, layer, dropout_p, decay)
 
 
-def _score_bias_fn(pos: Any, layer: int) -> ScoreBias:
-    return functools.partial(pos.score_bias, layer=pos.layer_index(layer))
+def _flex_bias(pos: Any, prepared: Any, layer: int) -> ScoreBias | Tensor:
+    """A layer's bias as FlexAttention's score_mod reads it: the scheme's own pointwise form, or
+    the dense table (H or B·H, T, T) of its `attention_bias` where it has none."""
+    layer = pos.layer_index(layer)
+    score_bias = pos.flex_score_bias(layer)
+    if score_bias is not None:
+        return score_bias
+    with torch.autocast(device_type=prepared.fp32.device.type, enabled=False):
+        return pos.attention_bias(prepared.fp32, prepared.fp32, layer).float()
 
 
 def kernel_from_legacy(model_cfg: dict[str, Any]) -> dict[str, Any]:

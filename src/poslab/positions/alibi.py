@@ -6,6 +6,7 @@ score(q_m, k_n) += -slope_h · (m - n). Slopes follow the paper's rule for any h
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -50,4 +51,8 @@ class ALiBi(PositionalScheme):
     def score_bias(
         self, head: Tensor, q_position: Tensor, k_position: Tensor, layer: int = 0
     ) -> Tensor:
-        return -self.slopes.float()[head] * (q_position - k_position)
+        return self.flex_score_bias(layer)(head, q_position, k_position)
+
+    def flex_score_bias(self, layer: int = 0) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        slopes = self.slopes.float()  # learnable or not, indexed once
+        return lambda head, q_position, k_position: -slopes[head] * (q_position - k_position)

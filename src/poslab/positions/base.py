@@ -35,6 +35,8 @@ parameters are saved in checkpoints.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -167,6 +169,18 @@ class PositionalScheme(nn.Module):
         head and fp32 position tensors: one definition serves the SDPA and blockwise kernels
         (through `attention_bias`) and FlexAttention's `score_mod`, which calls it with scalars."""
         raise NotImplementedError(f"{type(self).__name__} adds no attention bias")
+
+    def flex_score_bias(self, layer: int = 0) -> Callable[[Tensor, Tensor, Tensor], Tensor] | None:
+        """`score_bias` of one layer in the form compiled FlexAttention can differentiate, or
+        None for the dense table of `attention_bias` instead. That kernel's backward takes the
+        gradient of a tensor the score_mod captured only where the score_mod indexes it once,
+        directly: a learnable parameter that is first selected, clamped or read twice inside
+        it fails to compile. A scheme with learnable parameters therefore prepares them here,
+        once per forward, each indexed once in what it returns; the default is `score_bias`
+        itself for a scheme with none, and the dense table for one that has some."""
+        if any(p.requires_grad for p in self.parameters()):
+            return None
+        return functools.partial(self.score_bias, layer=layer)
 
     def modify_scores(
         self,

@@ -14,6 +14,7 @@ distance.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -57,11 +58,18 @@ class Kerple(PositionalScheme):
     def score_bias(
         self, head: Tensor, q_position: Tensor, k_position: Tensor, layer: int = 0
     ) -> Tensor:
-        r1, r2 = self.parameters_of(layer)
-        distance = (q_position - k_position).abs()
-        if self.variant == "log":
-            return -r1[head] * torch.log1p(r2[head] * distance)
-        return -r1[head] * distance.pow(r2[head])
+        return self.flex_score_bias(layer)(head, q_position, k_position)
+
+    def flex_score_bias(self, layer: int = 0) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        r1, r2 = self.parameters_of(layer)  # clamped here, each indexed once below
+
+        def bias(head: Tensor, q_position: Tensor, k_position: Tensor) -> Tensor:
+            distance = (q_position - k_position).abs()
+            if self.variant == "log":
+                return -r1[head] * torch.log1p(r2[head] * distance)
+            return -r1[head] * distance.pow(r2[head])
+
+        return bias
 
     def metrics(self) -> dict[str, Tensor]:
         r1, r2 = self.parameters_of(0)

@@ -108,6 +108,10 @@ class Schedule(PositionalScheme):
         member = self.member(layer)
         return member.score_bias(head, q_position, k_position, member.layer_index(layer))
 
+    def flex_score_bias(self, layer: int = 0):  # noqa: ANN201
+        member = self.member(layer)
+        return member.flex_score_bias(member.layer_index(layer))
+
     def modify_scores(self, scores, q, k, future, q_positions, k_positions, layer=0):  # noqa: ANN001, ANN201
         member = self.member(layer)
         return member.modify_scores(scores, q, k, future, q_positions, k_positions, layer)

@@ -13,6 +13,7 @@ bucket 1.5% of the training pairs but 89% of a 16× window's (`scripts/analysis.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -88,5 +89,13 @@ class T5Bias(PositionalScheme):
     def score_bias(
         self, head: Tensor, q_position: Tensor, k_position: Tensor, layer: int = 0
     ) -> Tensor:
-        bucket = t5_bucket(q_position - k_position, self.num_buckets, self.max_distance)
-        return self.bias[self.layer_index(layer)].float()[bucket, head]
+        return self.flex_score_bias(layer)(head, q_position, k_position)
+
+    def flex_score_bias(self, layer: int = 0) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        table = self.bias[self.layer_index(layer)].float()  # (buckets, H), indexed once
+
+        def bias(head: Tensor, q_position: Tensor, k_position: Tensor) -> Tensor:
+            bucket = t5_bucket(q_position - k_position, self.num_buckets, self.max_distance)
+            return table[bucket, head]
+
+        return bias
