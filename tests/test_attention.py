@@ -115,3 +115,15 @@ def test_a_kernel_that_cannot_serve_a_scheme_is_one_clear_error():
         with pytest.raises(ConfigError, match="needs the scores.*use attention=auto or"):
             GPT(config, CoPE(32, 4), kernel)
     GPT(config, CoPE(32, 4), Blockwise())  # the kernel that serves it
+
+
+def test_compiled_flex_has_room_for_every_evaluation_length():
+    """dynamic=False compiles one FlexAttention per shape; past dynamo's recompile limit (8) the
+    kernel would run eagerly and materialise every score, so an evaluation over many lengths
+    must not reach it."""
+    from poslab.attention import _compiled_flex_attention
+
+    _compiled_flex_attention()  # on a CPU nothing compiles until it is called on CUDA
+    dynamo = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
+    assert getattr(dynamo, limit) >= 64

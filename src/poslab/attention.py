@@ -172,6 +172,13 @@ def flex_available() -> bool:
 def _compiled_flex_attention() -> Callable:
     from torch.nn.attention.flex_attention import flex_attention
 
+    # dynamic=False compiles one variant per shape: every evaluation length, and a last short
+    # batch, adds one. Past dynamo's recompile limit (8 by default) the call runs eagerly from
+    # then on, and eager FlexAttention materialises every score: an evaluation sweep over
+    # lengths and modes can reach the limit, so it is raised here (never lowered)
+    dynamo = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
+    setattr(dynamo, limit, max(getattr(dynamo, limit), 64))
     return torch.compile(flex_attention, dynamic=False)
 
 
