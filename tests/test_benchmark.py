@@ -229,3 +229,19 @@ def test_a_job_that_fails_in_warm_up_is_left_out_and_named(bench) -> None:
     assert ready == [good] and good.first_step_s is not None
     assert len(failed) == 1 and failed[0].startswith("alibi (auto), training at L=8: IndexError")
     assert said == [f"left out, failed in warm-up: {failed[0]}"]
+
+
+def test_memory_measured_in_process_is_a_number_or_a_table_cell_saying_why(bench) -> None:
+    """On a GPU the peaks are measured in the benchmark's own process (a forked child cannot use
+    CUDA once the parent asked it anything, which the first GPU run hit); the same code on the
+    CPU: a measurement is bytes, and one that fails is its error, not a crash."""
+    from bench.memory import InProcessMeasure, memory_cell
+
+    spec = dict(
+        model="tiny", scheme="alibi", seq_len=8, max_len=16, attention="auto", batch=2,
+        vocab=64, precision="32-true", device="cpu", threads=1, kind="train",
+    )  # fmt: skip
+    measure = InProcessMeasure()
+    assert measure.measure(spec)["bytes"] > 0
+    failed = measure.measure({**spec, "scheme": "no_such_scheme"})
+    assert "error" in failed and memory_cell(failed).startswith("failed (")
