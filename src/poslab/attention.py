@@ -220,7 +220,7 @@ class FlexMask:
         block_masks: dict[int | None, Any] | None = None,
     ) -> None:
         """`score_bias`: the scheme's bias as a function of (head, q position, k position), or
-        its dense table (H or B·H, T, T) where the scheme has no form FlexAttention can
+        its dense table ((H, T, T) or (B, H, T, T)) where the scheme has no form FlexAttention can
         differentiate (`PositionalScheme.flex_score_bias`)."""
         if not flex_available():
             raise ConfigError("attention=flex needs torch >= 2.5; use attention=sdpa")
@@ -603,7 +603,7 @@ class Auto(AttentionKernel):
 
 def _flex_bias(pos: Any, prepared: Any, layer: int) -> ScoreBias | Tensor:
     """A layer's bias as FlexAttention's score_mod reads it: the scheme's own pointwise form, or
-    the dense table (H or B·H, T, T) of its `attention_bias` where it has none."""
+    the dense table ((H, T, T) or (B, H, T, T)) of its `attention_bias` where it has none."""
     layer = pos.layer_index(layer)
     score_bias = pos.flex_score_bias(layer)
     if score_bias is not None:
