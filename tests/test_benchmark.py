@@ -242,6 +242,7 @@ def test_memory_measured_in_process_is_a_number_or_a_table_cell_saying_why(bench
         vocab=64, precision="32-true", device="cpu", threads=1, kind="train",
     )  # fmt: skip
     measure = InProcessMeasure()
-    assert measure.measure(spec)["bytes"] > 0
+    # on a CPU an in-process peak may not grow (the process peaked earlier): a number, not > 0
+    assert measure.measure(spec)["bytes"] >= 0
     failed = measure.measure({**spec, "scheme": "no_such_scheme"})
     assert "error" in failed and memory_cell(failed).startswith("failed (")
