@@ -113,6 +113,25 @@ def test_seeds_merge_into_learned_seeds_and_effective_length_mean_sd():
     assert "| rope | 2/3 | 128 ± 128 | 500 ± 354 | — |" in table
 
 
+def test_a_row_some_seeds_of_which_learned_says_how_many_in_table_and_figure():
+    """Not "did not learn at L": that would misreport a row whose seeds learned 2 times in 3."""
+    from poslab.evaluation.figures import accuracy_figure
+
+    def seeds(scheme, accuracies):
+        runs = [(s, with_summary(rows_of(a, scheme=scheme))) for s, a in enumerate(accuracies)]
+        return merge_seeds(runs, scheme)
+
+    merged = seeds("rope", [[0.95, 0.5], [0.95, 0.4], [0.5, 0.1]]) + seeds(
+        "t5", [[0.5, 0.5], [0.4, 0.4]]
+    )
+    text = markdown(merged, "needle: accuracy vs evaluation length", "scheme")
+    assert "| rope (learned at L in 2/3 seeds) |" in text
+    assert "| t5 (did not learn at L) |" in text
+    fig = accuracy_figure(merged, "scheme", "needle")
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "rope (learned at L in 2/3 seeds)" in labels and "t5 (did not learn at L)" in labels
+
+
 def test_training_stops_at_the_validation_accuracy_and_reports_the_step(tmp_path):
     from poslab.training import run_training
 

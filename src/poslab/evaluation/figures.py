@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from poslab.evaluation.tables import NONFINITE, is_finite, is_nonfinite
+from poslab.evaluation.tables import NONFINITE, is_finite, is_nonfinite, learning_note
 from poslab.plotting import (  # re-exported: callers and tests import them from here
     COINCIDE_RTOL,
     NiceLogLocator,
@@ -351,8 +351,8 @@ def accuracy_figure(
     for label, pts in series.items():
         style = styles.get(series_id(pts[0], series_key)) or style_for_index(len(handles))
         shown = label
-        if pts[0].get("learned") is False:  # shown, but marked: it is not judged beyond L
-            shown += " (did not learn at L)"
+        if note := learning_note(pts[0]):  # shown, but marked: it is not judged beyond L
+            shown += f" ({note})"
             style = {**style, "alpha": 0.55, "markerfacecolor": "none"}
         for k, (ax, value) in enumerate(zip(axes, values, strict=True)):
             drawn = hidden_style(style) if label in hidden[k] else style

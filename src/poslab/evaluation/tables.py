@@ -243,9 +243,19 @@ def did_not_learn(row: dict) -> bool:
     return row.get("learned") is False
 
 
+def learning_note(row: dict) -> str | None:
+    """What a label says of a row not judged beyond L: "did not learn at L" when no seed did,
+    "learned at L in k/n seeds" when some did (a merged row counts as learned only when every
+    seed did); None for a row that learned, or that was never judged."""
+    if not did_not_learn(row):
+        return None
+    n, k = row.get("n_seeds", 1), row.get("learned_seeds", 0)
+    return f"learned at L in {k}/{n} seeds" if n > 1 and 0 < k < n else "did not learn at L"
+
+
 def learning_label(row: dict, row_key: str) -> str:
-    label = str(row[row_key])
-    return f"{label} (did not learn at L)" if did_not_learn(row) else label
+    label, note = str(row[row_key]), learning_note(row)
+    return f"{label} ({note})" if note else label
 
 
 def baseline_rows(rows: list[dict], row_key: str) -> list[dict]:
