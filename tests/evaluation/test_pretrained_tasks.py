@@ -117,7 +117,11 @@ def test_the_scores_are_the_models_own_argmax_example_by_example(tokenizer, tmp_
     picks = tuple(tokenizer(" a b", add_special_tokens=False)["input_ids"][i] for i in (0, -1))
     model = steered_llama(tmp_path / "steered", tokenizer, len(tokenizer), picks)
     lengths = [CONTEXT // 2, CONTEXT]
-    cfg = eval_cfg(max_tokens=None, lengths=lengths, task_examples=6, device="cpu")
+    # fp32 as the reference below: under `auto` a CPU with native bf16 scores in bf16, where the
+    # steering unit's sign (so the argmax) can flip on an example
+    cfg = eval_cfg(
+        max_tokens=None, lengths=lengths, task_examples=6, device="cpu", precision="32-true"
+    )
     plan = plan_pretrained(str(tmp_path / "steered"), None, cfg, wandb=False)
     rows, _ = evaluate_pretrained_task(plan, instantiate(data.task), data)
     seen = []
