@@ -103,6 +103,34 @@ def test_a_window_is_the_same_on_every_kernel_with_a_bias_or_a_decay(scheme):
         torch.testing.assert_close(full(idx)[:, :5], logits[0][:, :5], atol=2e-5, rtol=0)
 
 
+WINDOWED_KERNELS = ["sdpa", "blockwise", "stick_breaking"] + (["flex"] if flex_available() else [])
+
+
+@pytest.mark.parametrize("kernel", WINDOWED_KERNELS)
+def test_rnope_swa_is_causal_and_its_global_layer_reads_beyond_the_window(kernel):
+    """A windowed rope layer under a global nope layer (RNoPE-SWA, the needle's best row): no
+    logit reads a later token, and a token further back than the window still reaches the last
+    logit (through the global layer), so the window hides nothing it should not either."""
+    model = tiny_gpt(
+        "schedule", kernel, kernel_options={"window": [3, None]}, layers=["rope", "nope"]
+    )
+    seq_len, gen = 16, torch.Generator().manual_seed(3)
+    idx = tokens(2, seq_len)
+    with torch.no_grad():
+        logits = model(idx)
+        for t in (0, 5, seq_len - 2):
+            changed = idx.clone()
+            changed[:, t + 1 :] = (idx[:, t + 1 :] + 1) % model.config.vocab_size
+            new = model(changed)
+            torch.testing.assert_close(new[:, : t + 1], logits[:, : t + 1], atol=1e-5, rtol=0)
+            assert (new[:, t + 1 :] - logits[:, t + 1 :]).abs().max() > 1e-4
+        far = idx.clone()
+        far[:, 2] = (
+            idx[:, 2] + torch.randint(1, 50, (2,), generator=gen)
+        ) % model.config.vocab_size
+        assert (model(far)[:, -1] - logits[:, -1]).abs().max() > 1e-4  # 13 back, window 3
+
+
 @pytest.mark.parametrize(
     ("window", "says"),
     [
