@@ -108,7 +108,7 @@ WINDOWED_KERNELS = ["sdpa", "blockwise", "stick_breaking"] + (["flex"] if flex_a
 
 @pytest.mark.parametrize("kernel", WINDOWED_KERNELS)
 def test_rnope_swa_is_causal_and_its_global_layer_reads_beyond_the_window(kernel):
-    """A windowed rope layer under a global nope layer (RNoPE-SWA, the needle's best row): no
+    """A windowed rope layer under a global nope layer (RNoPE-SWA, 1.00 to 8x in a needle seed): no
     logit reads a later token, and a token further back than the window still reaches the last
     logit (through the global layer), so the window hides nothing it should not either."""
     model = tiny_gpt(
