@@ -209,7 +209,7 @@ class LastCheckpoint(Checkpoint):
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.signal is not None:  # asked twice: stop now, with the last checkpoint saved
-            self._restore_handlers()
+            self._restore_handlers(stopping=True)
             launcher = getattr(self._trainer, "strategy", None) and self._trainer.strategy.launcher
             if launcher is not None and hasattr(launcher, "kill"):
                 launcher.kill(signal.SIGKILL)  # other ranks would wait in a collective forever
@@ -224,9 +224,12 @@ class LastCheckpoint(Checkpoint):
             flush=True,
         )
 
-    def _restore_handlers(self) -> None:
+    def _restore_handlers(self, stopping: bool = False) -> None:
+        """Put back the handlers from before training; while a stop is under way, ignore the
+        signals instead: one more Ctrl-C must not cut the stop's report short (the job puts
+        its handlers back once it has reported)."""
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if stopping else handler)
         self._previous = {}
 
     def _save(self, trainer: L.Trainer) -> None:
@@ -269,11 +272,11 @@ class LastCheckpoint(Checkpoint):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Restored here, not in teardown: Lightning restores its own handlers first in its
         # teardown, and ours would then put back its notifier, which swallows a later SIGTERM
-        self._restore_handlers()
+        self._restore_handlers(stopping=self.signal is not None)
         if self._saved_step != trainer.global_step:  # the final state, unless saved already
             self._save(trainer)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        self._restore_handlers()
+        self._restore_handlers(stopping=isinstance(exception, RunInterrupted))

@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 # the command line as the user typed it (before resume= rewrote it): sweeps print it back
 _ORIGINAL_ARGV: list[str] = []
+# run_app is the process's entry: a stopped job's exit ends the process
+_PROCESS_ENDS_ON_STOP = [False]
 
 
 def os_error_line(err: OSError) -> str | None:
@@ -121,6 +123,7 @@ def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
     logs = _log_sizes(folder)  # lines this job adds are taken back if it is refused
     lock = RunLock(folder) if owns_folder and is_main_process() else None
     handlers = _stop_on_signals()
+    stopped = False
     try:
         if lock is not None:
             lock.acquire()
@@ -130,6 +133,7 @@ def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
         return result
     except RunInterrupted as stop:
         _ignore_stop_signals()  # an impatient second Ctrl-C must not cut the report short
+        stopped = True
         if not is_main_process():  # rank 0 says it; a child's non-zero exit would kill rank 0
             raise SystemExit(0) from None
         _interrupted(stop, folder, owns_folder, fresh, logs, lock)
@@ -152,8 +156,11 @@ def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
         _crashed(err, folder, owns_folder, fresh, logs, lock)
         raise
     finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+        # A process that ends now keeps ignoring them: put back, Python's handler would turn a
+        # Ctrl-C that lands during the exit into a KeyboardInterrupt (killed by SIGINT, not 130)
+        if not (stopped and _PROCESS_ENDS_ON_STOP[0]):
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
         if lock is not None:
             lock.release()
 
@@ -461,6 +468,7 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     _ORIGINAL_ARGV[:] = sys.argv
+    _PROCESS_ENDS_ON_STOP[0] = True
     try:
         if resumable:
             sys.argv = resume_arguments(sys.argv)

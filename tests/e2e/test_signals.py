@@ -117,6 +117,26 @@ def test_sigint_twice_stops_at_once_and_still_says_how_to_resume(corpus, tmp_pat
 
 
 @pytest.mark.slow
+def test_ctrl_c_held_down_until_the_run_exits_still_ends_in_one_stop_line(corpus, tmp_path):
+    """SIGINT every few milliseconds from the first one until the process is gone: whichever
+    phase each lands in (the step, the save, Lightning's teardown, the report, the exit), the
+    run stops with 130, the training's stop line and no traceback. (A signal after the report
+    once met Python's own handler again: a KeyboardInterrupt at exit, killed by SIGINT.)"""
+    folder = tmp_path / "run"
+    proc = start_and_wait_for_checkpoint(train_cmd(corpus, folder, "logger=csv"), folder)
+    deadline = time.time() + 120
+    while proc.poll() is None and time.time() < deadline:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.005)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("stopped by SIGINT at step "), stderr[-3000:]
+    assert status_of(folder)["status"] == "interrupted"
+
+
+@pytest.mark.slow
 def test_sigterm_in_the_evaluation_after_training_resumes_the_evaluation(corpus, tmp_path):
     """Training finished, its evaluation is stopped: status `interrupted` in phase
     `evaluation`; the printed command runs the evaluation alone and keeps the run's metrics."""
