@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
 import pytest
 
 from poslab.evaluation.compare import compare, main
+from poslab.evaluation.files import EVALUATED_RUN, record_evaluated_run
 from poslab.evaluation.intervals import (
     paired_difference,
     t_interval,
@@ -156,6 +158,31 @@ def test_compare_with_a_baseline_prints_paired_differences_with_intervals(tmp_pa
     compare([tmp_path / "out" / "comparison.json"], tmp_path / "again", baseline="rope")
     again = (tmp_path / "again" / "comparison.md").read_text()
     assert again.split("### difference to rope")[1] == text.split("### difference to rope")[1]
+
+
+def test_eval_out_dirs_of_the_seeds_of_one_run_merge_over_seeds_and_pair(tmp_path):
+    """eval.py out_dirs (no config of their own) on three seeds' checkpoints: each names the
+    run it evaluated, so one eval-time kind on the three seeds is one row, paired with the
+    plain evaluation of the same checkpoints."""
+    for seed, level in {1: 100.0, 2: 110.0, 3: 120.0}.items():
+        run = seeded_run(tmp_path / "runs" / f"rope{seed}", "rope", [level] * 3, seed)
+        for label, extra in (("rope", 10.0), ("rope + ntk s=auto", 7.0)):
+            out = tmp_path / "evals" / f"s{seed}" / label.replace(" ", "_")
+            seeded_run(out, label, [level, level + extra, level + 2 * extra], seed)
+            shutil.rmtree(out / ".hydra")  # an out_dir has no config of its own
+            record_evaluated_run(out, run / "checkpoints" / "best.ckpt")
+    compare([tmp_path / "evals"], tmp_path / "out", baseline="rope")
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    ntk = next(line for line in text.splitlines() if line.startswith("| rope + ntk s=auto | 3"))
+    # −3 and −6 in every seed: zero-width intervals, which only pairing by seed gives
+    assert ntk.startswith("| rope + ntk s=auto | 3 paired | +0.00 [+0.00, +0.00] not distinguis")
+    assert "−3.00 [−3.00, −3.00] | −6.00 [−6.00, −6.00]" in ntk
+    # without the record, each out_dir stands alone, labelled by its folder
+    for record in (tmp_path / "evals").rglob(EVALUATED_RUN):
+        record.unlink()
+    compare([tmp_path / "evals"], tmp_path / "alone")
+    alone = (tmp_path / "alone" / "comparison.md").read_text()
+    assert "rope + ntk s=auto [s1/rope_+_ntk_s=auto]" in alone
 
 
 def test_a_one_seed_row_gets_its_difference_without_an_interval(tmp_path):

@@ -28,6 +28,9 @@ def test_evaluate_checkpoint_writes_every_output(trained_runs, tmp_path):
     ):
         assert (out / name).stat().st_size > 0, name
     assert (out / "extrapolation_ppl.png").read_bytes()[:4] == b"\x89PNG"
+    # the out_dir names the run it evaluated: compare.py reads that run's seed from it
+    record = json.loads((tmp_path / "evaluated_run.json").read_text())
+    assert record["run"] == str(run.resolve())
     saved = json.loads((out / "extrapolation.json").read_text())
     assert [(r["mode"], r["length"]) for r in saved] == [
         ("nonoverlapping", 16),
@@ -103,8 +106,10 @@ def test_eval_py_cli_prints_the_table(trained_runs, tmp_path, monkeypatch, capfd
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| nonoverlapping |" in result.stdout and "| sliding |" in result.stdout
     assert (tmp_path / "extrapolation" / "extrapolation.json").is_file()
-    # with out_dir= nothing else is created: no outputs/eval/DATE/TIME, no .hydra/
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.log", "extrapolation"]
+    # with out_dir= nothing else is created: no outputs/eval/DATE/TIME, no .hydra/; only the
+    # record of the run it evaluated
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["eval.log", "evaluated_run.json", "extrapolation"]
     (tmp_path / "foreign.ckpt").write_bytes(b"not a checkpoint")
     cases = (("missing.ckpt", "does not exist"), ("foreign.ckpt", "is corrupt or incomplete"))
     for name, message in cases:

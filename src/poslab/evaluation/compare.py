@@ -87,10 +87,13 @@ ADDED_LATER = {
 def run_options(run: Path) -> dict[str, Any] | None:
     """The training run's options that can change its result (flattened, from Hydra's
     .hydra/config.yaml; NOT_SETTINGS left out), or None for a folder that is not a training run
-    (an eval.py out_dir)."""
+    (an eval.py out_dir): an out_dir that recorded the run it evaluated has that run's options."""
     path = run / ".hydra" / "config.yaml"
     if not path.is_file():
-        return None
+        from poslab.evaluation.files import evaluated_run
+
+        source = evaluated_run(run)
+        return run_options(source) if source is not None and source != run else None
     from omegaconf import OmegaConf
 
     def flat(node: Any, prefix: str = "") -> dict[str, Any]:

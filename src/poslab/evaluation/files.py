@@ -420,6 +420,8 @@ def report_rows(
         out, claimed = results_folder(run_folder or default_out_dir(ckpt), rows)
     try:
         paths = write_reports(rows, out, title, series_key="mode")
+        if out_dir:
+            record_evaluated_run(Path(out_dir), ckpt)
     except BaseException:
         if claimed:  # the new folder stays only with a complete set of results in it
             with contextlib.suppress(OSError):
@@ -430,6 +432,27 @@ def report_rows(
     if wandb_run is not None and eval_cfg.log_wandb:
         log_to_wandb(wandb_run, rows, paths)
     return rows
+
+
+EVALUATED_RUN = "evaluated_run.json"
+
+
+def record_evaluated_run(out_dir: Path, ckpt: str | Path) -> None:
+    """Beside an out_dir's results, the training run they evaluated (when the checkpoint is in
+    a run's checkpoints/): compare.py reads that run's options, so evaluations of the seeds of
+    one configuration merge into one row over seeds, paired by seed like runs."""
+    run = default_out_dir(ckpt)
+    if Path(ckpt).resolve().parent.name == "checkpoints":
+        record = {"run": str(run), "checkpoint": str(Path(ckpt).resolve())}
+        (out_dir / EVALUATED_RUN).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def evaluated_run(out_dir: Path) -> Path | None:
+    """The training run an eval.py out_dir evaluated (record_evaluated_run), or None."""
+    try:
+        return Path(json.loads((out_dir / EVALUATED_RUN).read_text())["run"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def default_out_dir(ckpt: str | Path) -> Path:
