@@ -441,9 +441,9 @@ def record_evaluated_run(out_dir: Path, ckpt: str | Path) -> None:
     """Beside an out_dir's results, the training run they evaluated (when the checkpoint is in
     a run's checkpoints/): compare.py reads that run's options, so evaluations of the seeds of
     one configuration merge into one row over seeds, paired by seed like runs."""
-    run = default_out_dir(ckpt)
-    if Path(ckpt).resolve().parent.name == "checkpoints":
-        record = {"run": str(run), "checkpoint": str(Path(ckpt).resolve())}
+    checkpoint = Path(ckpt).resolve()
+    if checkpoint.parent.name == "checkpoints":
+        record = {"run": str(checkpoint.parent.parent), "checkpoint": str(checkpoint)}
         (out_dir / EVALUATED_RUN).write_text(json.dumps(record, indent=1) + "\n")
 
 
