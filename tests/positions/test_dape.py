@@ -12,10 +12,11 @@ import torch
 from models import tiny_gpt, tokens
 from torch import nn
 
+from poslab.attention import masked_keys
 from poslab.errors import ConfigError
 from poslab.positions import build_scheme
 from poslab.positions.alibi import alibi_slopes
-from poslab.positions.dape import DAPE
+from poslab.positions.dape import DAPE, PairMLP
 
 D_MODEL, N_HEAD, N_LAYER, T = 32, 4, 2, 7
 
@@ -226,6 +227,50 @@ def test_gradients_reach_the_mlp_and_the_bias_of_the_layer(bias):
             continue
         assert param.grad[1].abs().sum() > 0, name  # layer 1's set is used
         assert param.grad[0].abs().sum() == 0, name  # layer 0's set is not
+
+
+@pytest.mark.parametrize("per_sequence", [False, True])
+def test_pair_mlp_backward_is_the_derivative(per_sequence, monkeypatch):
+    """PairMLP's hand-written backward (chunked, the hidden layer recomputed) against finite
+    differences in float64, with chunks smaller than a sequence's pairs and a bias shared by
+    the sequences or one per sequence."""
+    monkeypatch.setattr(PairMLP, "CHUNK_FLOATS", 40)  # 6 hidden units: chunks of 6 of 13 pairs
+    gen = torch.Generator().manual_seed(0)
+
+    def arg(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_()
+
+    bias = arg(2, 3, 13) if per_sequence else arg(3, 13)
+    args = (arg(2, 3, 13), bias, arg(6, 3), arg(6, 3), arg(6), arg(3, 6), arg(3))
+    assert torch.autograd.gradcheck(PairMLP.apply, args)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_gradients_equal_the_formula_differentiated_by_autograd(window):
+    """Values and every gradient (scores, MLP, bias parameters) on the pairs a query sees equal
+    those of the formula written with autograd in float64 (DAPE computes in fp32), for a block
+    of queries."""
+    scheme = _scheme("kerple").double()
+    gen = torch.Generator().manual_seed(2)
+    start, end = 2, T
+    scores = (torch.randn(2, N_HEAD, end - start, end, generator=gen) * 3).double()
+    scores.requires_grad_()
+    positions = torch.arange(end).double()
+    future = masked_keys(torch.arange(end), start, end, 0, window)
+    upstream = torch.randn(scores.shape, generator=gen, dtype=torch.float64)
+    past = ~future.expand_as(scores)
+
+    def grads(out: torch.Tensor) -> list[torch.Tensor]:
+        params = [scores, *scheme.parameters()]
+        return [out.detach(), *torch.autograd.grad((out * upstream)[past].sum(), params)]
+
+    got = grads(scheme.modify_scores(scores, scores, scores, future, positions[start:], positions))
+    bias = scheme.inner.attention_bias(positions[start:], positions, 0).expand_as(scores)
+    features = torch.cat([scores, bias], dim=1).permute(0, 2, 3, 1)
+    expected = grads(scores + bias + _mlp64(features, scheme, 0).permute(0, 3, 1, 2))
+    got[0], expected[0] = got[0][past], expected[0][past]
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a.double(), b, atol=1e-4, rtol=1e-4)
 
 
 def test_masked_keys_cannot_make_nan():

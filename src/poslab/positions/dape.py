@@ -15,16 +15,18 @@ FIRE_C, one module per attention layer) each layer has its own MLP and its own b
 with `per_layer=true`; the MLP's layers start as nn.Linear does (uniform in ±1/√fan_in).
 
 The reference feeds the MLP the scores before the causal mask (its bias is zero above the
-diagonal); here the scores and the bias of masked (future) keys enter as 0, so whatever the
-kernel passes there (a −inf included) cannot make a NaN, nor a NaN gradient. The MLP acts on
-each pair alone, so causality holds once the kernel masks the future. Computed in fp32.
+diagonal). The MLP acts on each pair alone, so here it runs on the pairs a query sees only
+(about half of a causal block); masked (future) pairs keep the bare score, which the kernel
+hides, so whatever the kernel passes there (a −inf included) cannot make a NaN, nor a NaN
+gradient. Computed in fp32, by `PairMLP`: its hidden layer is made in cache-sized chunks and
+recomputed for the backward pass rather than stored (it is `hidden` floats per pair).
 
 DAPE needs the scores, so it runs with attention=blockwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -95,17 +97,12 @@ class DAPE(PositionalScheme):
             ) from None
 
     def mlp(self, scores: Tensor, bias: Tensor, layer: int) -> Tensor:
-        """f([scores; bias]) for scores (B, H, Tq, Tk) and a bias broadcastable to them
-        ((H, Tq, Tk) or (B, H, Tq, Tk)) -> (B, H, Tq, Tk), fp32."""
+        """f([scores; bias]) for scores (B, H, N) and bias (H, N) or (B, H, N), N pairs, the
+        heads as channels -> (B, H, N), fp32."""
         i = self.layer_index(layer)
-        heads = self.n_head
-        w1 = self.w1[i].float()
-        # W1·[s; B] = W1_s·s + W1_B·B: the bias half once, not once per sequence
-        hidden = torch.einsum("bhqk,hw->bqkw", scores, w1[:heads])
-        hidden = hidden + torch.einsum("...hqk,hw->...qkw", bias, w1[heads:])
-        hidden = F.leaky_relu(hidden + self.b1[i].float(), LEAKY_SLOPE)
-        out = torch.einsum("bqkw,wh->bhqk", hidden, self.w2[i].float())
-        return out + self.b2[i].float()[:, None, None]
+        w1, heads = self.w1[i].float().t(), self.n_head  # (hidden, 2H): scores, then biases
+        weights = (w1[:, :heads], w1[:, heads:], self.b1[i].float())
+        return PairMLP.apply(scores, bias, *weights, self.w2[i].float().t(), self.b2[i].float())
 
     def modify_scores(
         self,
@@ -120,13 +117,85 @@ class DAPE(PositionalScheme):
         with torch.autocast(device_type=scores.device.type, enabled=False):
             scores = scores.float()
             bias = self.inner.attention_bias(q_positions, k_positions, layer).float()
-            # the MLP sees 0 for masked keys: no −inf (nor a far-away bias) reaches it
-            seen_scores = scores.masked_fill(future, 0.0)
-            seen_bias = bias.masked_fill(future, 0.0)
-            return scores + seen_bias + self.mlp(seen_scores, seen_bias, layer)
+            # the MLP acts on each pair alone, so it runs on the pairs a query sees only (about
+            # half of a causal block): its hidden layer, `hidden` channels per pair, is the cost.
+            # Masked pairs keep the bare score (the kernel hides them); no −inf reaches the MLP.
+            seen = (~future).flatten().nonzero().squeeze(1)
+            seen_scores = scores.flatten(-2).index_select(-1, seen)  # (B, H, N)
+            seen_bias = bias.flatten(-2).index_select(-1, seen)  # (H, N) or (B, H, N)
+            adapted = self.mlp(seen_scores, seen_bias, layer).add_(seen_bias)
+            return scores.flatten(-2).index_add(-1, seen, adapted).view_as(scores)
 
     def check_length(self, max_position: int) -> None:
         self.inner.check_length(max_position)
 
     def metrics(self) -> dict[str, Tensor]:
         return self.inner.metrics()
+
+
+class PairMLP(torch.autograd.Function):
+    """W2·LeakyReLU(W1_s·s + W1_B·B + b1) + b2 for every pair, the heads as channels: s (B, H, N)
+    the scores, B (H, N) or (B, H, N) the biases, w1_s and w1_b (hidden, H), b1 (hidden),
+    w2 (H, hidden), b2 (H) -> (B, H, N).
+
+    Autograd would keep the hidden layer, `hidden` channels per pair (eight times the scores
+    for H = 4), in memory and pass over it about a dozen times at memory speed. Here it is made
+    in chunks of pairs small enough to stay in the cache, once forward and once again backward
+    (recomputed from s and B), and never stored whole: the bias half W1_B·B + b1, which has no
+    batch dimension, once per chunk for every sequence.
+    """
+
+    # floats per chunk: a (hidden, pairs) fp32 block of 4 MB, well within the L3 cache
+    CHUNK_FLOATS = 2**20
+
+    @staticmethod
+    def forward(ctx: Any, scores: Tensor, bias: Tensor, *weights: Tensor) -> Tensor:  # noqa: D102
+        ctx.save_for_backward(scores, bias, *weights)
+        _, _, _, w2, b2 = weights
+        out = torch.empty_like(scores)
+        for b, cols, hidden in PairMLP._hidden(scores, bias, *weights[:3]):
+            out[b, :, cols] = torch.addmm(b2[:, None], w2, F.leaky_relu_(hidden, LEAKY_SLOPE))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, ...]:  # noqa: D102
+        scores, bias, w1_s, w1_b, b1, w2, _ = ctx.saved_tensors
+        grad_scores = torch.empty_like(scores)
+        grad_bias = torch.empty_like(bias)
+        grad_w1_s, grad_w1_b, grad_w2 = (torch.zeros_like(w) for w in (w1_s, w1_b, w2))
+        grad_b1 = torch.zeros_like(b1)
+        per_sequence = bias.dim() == 3
+        for b, cols, hidden in PairMLP._hidden(scores, bias, w1_s, w1_b, b1):
+            g = grad[b, :, cols]  # (H, n)
+            grad_w2.addmm_(g, F.leaky_relu(hidden, LEAKY_SLOPE).t())
+            grad_hidden = torch.ops.aten.leaky_relu_backward(w2.t() @ g, hidden, LEAKY_SLOPE, False)
+            grad_w1_s.addmm_(grad_hidden, scores[b, :, cols].t())
+            grad_scores[b, :, cols] = w1_s.t() @ grad_hidden
+            # the bias half: summed over the sequences that share it
+            if per_sequence or b == 0:
+                grad_half = grad_hidden
+            else:
+                grad_half += grad_hidden
+            if per_sequence or b == scores.shape[0] - 1:
+                biases = bias[b, :, cols] if per_sequence else bias[:, cols]
+                grad_w1_b.addmm_(grad_half, biases.t())
+                grad_b1 += grad_half.sum(1)
+                target = grad_bias[b] if per_sequence else grad_bias
+                target[:, cols] = w1_b.t() @ grad_half
+        return grad_scores, grad_bias, grad_w1_s, grad_w1_b, grad_b1, grad_w2, grad.sum((0, 2))
+
+    @staticmethod
+    def _hidden(
+        scores: Tensor, bias: Tensor, w1_s: Tensor, w1_b: Tensor, b1: Tensor
+    ) -> Iterator[tuple[int, slice, Tensor]]:
+        """(b, pairs, W1_s·s + W1_B·B + b1) for every chunk of pairs, every sequence b in turn
+        within a chunk."""
+        n_pairs, batch = scores.shape[-1], scores.shape[0]
+        chunk = max(1, PairMLP.CHUNK_FLOATS // w1_s.shape[0])
+        for start in range(0, n_pairs, chunk):
+            cols = slice(start, min(start + chunk, n_pairs))
+            half = None if bias.dim() == 3 else torch.addmm(b1[:, None], w1_b, bias[:, cols])
+            for b in range(batch):
+                if bias.dim() == 3:
+                    half = torch.addmm(b1[:, None], w1_b, bias[b, :, cols])
+                yield b, cols, torch.addmm(half, w1_s, scores[b, :, cols])
