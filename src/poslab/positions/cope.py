@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from poslab.checks import integer, require
 from poslab.positions.base import PositionalScheme
@@ -87,6 +88,7 @@ class ContextualScores(torch.autograd.Function):
         return low.add_(scores).addcmul_(frac, step)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:  # noqa: D102
         gates, frac, offsets, step = ctx.saved_tensors
         grad = grad.contiguous()

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from poslab.checks import boolean, choice, integer, require
 from poslab.errors import ConfigError
@@ -145,8 +146,10 @@ class PairMLP(torch.autograd.Function):
     batch dimension, once per chunk for every sequence.
     """
 
-    # floats per chunk: a (hidden, pairs) fp32 block of 4 MB, well within the L3 cache
+    # floats per chunk: a (hidden, pairs) fp32 block of 4 MB, well within a CPU's L3 cache; on
+    # a GPU, where each chunk costs kernel launches, 64 times that
     CHUNK_FLOATS = 2**20
+    GPU_CHUNKS_PER_CHUNK = 64
 
     @staticmethod
     def forward(ctx: Any, scores: Tensor, bias: Tensor, *weights: Tensor) -> Tensor:  # noqa: D102
@@ -158,6 +161,7 @@ class PairMLP(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, ...]:  # noqa: D102
         scores, bias, w1_s, w1_b, b1, w2, _ = ctx.saved_tensors
         grad_scores = torch.empty_like(scores)
@@ -191,7 +195,10 @@ class PairMLP(torch.autograd.Function):
         """(b, pairs, W1_s·s + W1_B·B + b1) for every chunk of pairs, every sequence b in turn
         within a chunk."""
         n_pairs, batch = scores.shape[-1], scores.shape[0]
-        chunk = max(1, PairMLP.CHUNK_FLOATS // w1_s.shape[0])
+        floats = PairMLP.CHUNK_FLOATS
+        if scores.device.type != "cpu":
+            floats *= PairMLP.GPU_CHUNKS_PER_CHUNK
+        chunk = max(1, floats // w1_s.shape[0])
         for start in range(0, n_pairs, chunk):
             cols = slice(start, min(start + chunk, n_pairs))
             half = None if bias.dim() == 3 else torch.addmm(b1[:, None], w1_b, bias[:, cols])
