@@ -20,11 +20,15 @@ For every scheme (the stems of conf/pos/*.yaml) it measures
   batch, loss (cross-entropy over its logits), optimizer and precision;
 * with `--compile`, the training step compiled as `trainer.compile=true` compiles it.
 
-Measurements alternate: every round times k steps of every job in turn (ours, then the peer,
-then the next scheme), and each job reports its median over the rounds, so that drift of a
-shared machine hits all of them alike. Peak memory is measured in fresh processes (forked from a
-server that has only imported torch and poslab), one per measurement, so that no allocation of
-another measurement can hide in it.
+The schemes run one block at a time: a scheme's jobs (every kernel, the peer, compiled, 16·L,
+evaluation) and a fresh `nope` are built, timed, and freed before the next scheme's, so that
+the machine holds a few models, not every scheme's (all at once, they filled 16.5 GB of a
+23.5 GB machine and the page faults moved the ratios by ±20%). Within a block measurements
+alternate: every round times k steps of every job in turn (nope, ours, the peer, ...), and each
+job reports its median over the rounds, so that drift of a shared machine hits all of them
+alike, and "vs nope" divides by the nope of the same block. Peak memory is measured in fresh
+processes (forked from a server that has only imported torch and poslab), one per measurement,
+so that no allocation of another measurement can hide in it.
 
 The report (machine, command, tables, and each target of the project checked as met/not met)
 is printed and written to `--out` (default outputs/benchmarks.md; `--out docs/benchmarks.md` for the

@@ -149,22 +149,35 @@ def one_round(bench, schemes: list[str]):
     )
 
 
-def test_schemes_below_target_are_profiled_against_nope(bench, one_thread) -> None:
-    """A real profile of one step of each; the page lists the ops with the most extra time."""
-    from bench.run import profile_slow_schemes
-
+def test_schemes_below_target_are_profiled_against_nope(bench, one_thread, monkeypatch) -> None:
+    """A real profile of one step of each, beside one of the nope of its block; the page lists
+    the ops with the most extra time."""
+    # every scheme below the target on paper, so that fire is profiled whatever the timings
+    monkeypatch.setattr("bench.run.TARGET_VS_NOPE", 1e9)
     report = one_round(bench, ["nope", "fire"])
     nope, fire = report.results
     assert not report.kernel_rows
-    # make fire slower than the target on paper, so that it is profiled whatever the timings
-    fire.train.samples = [0.5 * bench_target() * nope.train.median]
-    profile_slow_schemes(report.results, lambda msg: None)
-    assert fire.profile and nope.profile
+    assert fire.profile and fire.reference_profile and nope.profile is None
     assert all(ms >= 0 for ms in fire.profile.values())
     assert any("mm" in op or "linear" in op for op in fire.profile)
     md = bench.render_markdown(report)
     assert "### Why: the schemes below 0.9× nope, profiled" in md
     assert "| op | fire ms | nope ms | extra ms |" in md
+
+
+def test_each_scheme_is_timed_beside_its_own_nope_and_freed(bench, one_thread) -> None:
+    """Blocks: every scheme's "vs nope" divides by a nope timed in its own rounds, and no
+    block's models outlive it (the nope row's block is kept for the evaluation profile, then
+    freed too)."""
+    report = one_round(bench, ["nope", "rope", "alibi"])
+    nope, rope, alibi = report.results
+    assert nope.reference is None and rope.reference is not None and alibi.reference is not None
+    assert rope.reference is not alibi.reference and rope.reference.samples
+    assert report.reference(rope) is rope.reference and report.reference(nope) is nope.train
+    assert all(r.train_job is None and r.eval_job is None for r in report.results)
+    md = bench.render_markdown(report)
+    ratio = rope.train.median / rope.reference.median
+    assert f"| {ratio:.2f}× |" in md
 
 
 def bench_target() -> float:
@@ -173,16 +186,14 @@ def bench_target() -> float:
     return TARGET_VS_NOPE
 
 
-def test_evaluation_below_its_target_is_profiled_beside_training(bench, one_thread) -> None:
+def test_evaluation_below_its_target_is_profiled_beside_training(
+    bench, one_thread, monkeypatch
+) -> None:
     """A real profile of one evaluation batch and one training step of nope, per token."""
-    from bench.configs import TARGET_EVAL_OVER_TRAIN
-    from bench.run import profile_evaluation
-
+    # evaluation below the target on paper, so that it is profiled whatever the timings
+    monkeypatch.setattr("bench.run.TARGET_EVAL_OVER_TRAIN", 1e9)
     report = one_round(bench, ["nope"])
     (nope,) = report.results
-    # evaluation slower than the target on paper, so that it is profiled whatever the timings
-    nope.eval[1].samples = [0.5 * TARGET_EVAL_OVER_TRAIN * nope.train.median]
-    profile_evaluation(report.results, lambda msg: None)
     assert nope.eval_profile and nope.profile and nope.eval_profile_tokens > 0
     assert any("mm" in op or "linear" in op for op in nope.eval_profile)
     assert not any("backward" in op.lower() for op in nope.eval_profile)  # no graph in eval

@@ -130,22 +130,27 @@ def profile_tables(report: Report, top: int = PROFILE_OPS) -> list[str]:
     """Where each scheme below TARGET_VS_NOPE × nope spends its extra time: the ops of one
     profiled training step with the most self time beyond nope's."""
     nope = report.result(REFERENCE)
-    slow = [r for r in report.results if r.profile is not None and r is not nope]
-    if nope is None or nope.profile is None or not slow:
+    slow = [
+        r
+        for r in report.results
+        if r.profile is not None and r is not nope and (r.reference_profile or nope.profile)
+    ]
+    if nope is None or not slow:
         return []
     lines = [
         "",
         f"### Why: the schemes below {TARGET_VS_NOPE:g}× nope, profiled",
         "",
         "One training step of each under torch.profiler (self time per op, the profiler's own "
-        "overhead alike in both), against one step of nope: the ops that take the extra time.",
+        "overhead alike in both), against one step of the nope timed in its block: the ops "
+        "that take the extra time.",
     ]
     for r in slow:
-        ours, base = r.profile, nope.profile
+        ours, base = r.profile, r.reference_profile or nope.profile
         extra = sorted(ours, key=lambda op: ours[op] - base.get(op, 0.0), reverse=True)[:top]
         lines += [
             "",
-            f"**{r.scheme}** ({kernel_cell(r)}, {_x(_ratio(r.train, nope.train))} nope): "
+            f"**{r.scheme}** ({kernel_cell(r)}, {_x(_ratio(r.train, report.reference(r)))} nope): "
             f"{sum(ours.values()):,.0f} ms per profiled step, nope {sum(base.values()):,.0f} ms",
             "",
             f"| op | {r.scheme} ms | nope ms | extra ms |",
@@ -199,9 +204,9 @@ def eval_profile_table(report: Report, top: int = EVAL_PROFILE_OPS) -> list[str]
     """Why evaluation at 1× L runs below TARGET_EVAL_OVER_TRAIN × training: nope's time per
     token in one evaluation batch beside one training step, matmuls and the other ops apart."""
     nope = report.result(REFERENCE)
-    if nope is None or not nope.eval_profile or not nope.profile or not nope.train_job:
+    if nope is None or not nope.eval_profile or not nope.profile or not nope.train_tokens:
         return []
-    per_token_train = 1e3 / nope.train_job.tokens_per_step  # ms per step -> µs per token
+    per_token_train = 1e3 / nope.train_tokens  # ms per step -> µs per token
     per_token_eval = 1e3 / max(1, nope.eval_profile_tokens)
     train = {op: ms * per_token_train for op, ms in nope.profile.items()}
     evaluation = {op: ms * per_token_eval for op, ms in nope.eval_profile.items()}
@@ -211,7 +216,7 @@ def eval_profile_table(report: Report, top: int = EVAL_PROFILE_OPS) -> list[str]
         f"### Why: evaluation at {f_lo}× L against training, profiled ({REFERENCE})",
         "",
         f"One evaluation batch at {f_lo}× L ({nope.eval_profile_tokens:,} tokens) and one "
-        f"training step ({nope.train_job.tokens_per_step:,} tokens) of {REFERENCE} under "
+        f"training step ({nope.train_tokens:,} tokens) of {REFERENCE} under "
         "torch.profiler, self time per token (the profiled batch also carries the "
         "evaluation's per-call setup). A forward pass has a third of a training step's matmul "
         f"FLOPs, so evaluation reaches {TARGET_EVAL_OVER_TRAIN:g}× training only if the "
@@ -248,7 +253,6 @@ def kernel_table(report: Report) -> list[str]:
             head += f" eval tok/s {f_hi}× | eval {f_hi}× vs main |"
             rule += "---:|---:|"
         lines += ["", head, rule]
-        nope = report.result(REFERENCE)
         for r in report.kernel_rows:
             main = report.result(r.scheme)
             main_train = main.train if main else None
@@ -256,7 +260,7 @@ def kernel_table(report: Report) -> list[str]:
             row = (
                 f"| {r.scheme} | {kernel_cell(r)} | {_tok(r.train)} "
                 f"| {_num(report.mfu(r, r.train), '.1%')} | {_x(_ratio(r.train, main_train))} "
-                f"| {_x(_ratio(r.train, nope.train if nope else None))} |"
+                f"| {_x(_ratio(r.train, report.reference(r)))} |"
             )
             if evaluated:
                 row += f" {_tok(r.eval.get(f_hi))} | {_x(_ratio(r.eval.get(f_hi), main_eval))} |"
@@ -277,10 +281,9 @@ def kernel_table(report: Report) -> list[str]:
 def training_table(report: Report) -> list[str]:
     """Eager training at L (with the x-transformers columns and notes of a --peer run)."""
     o = report.options
-    nope = report.result(REFERENCE)
     peer = o.peer
-    head = "| scheme | kernel | tok/s | MFU | peak memory | vs nope |"
-    rule = "|---|---|---:|---:|---:|---:|"
+    head = "| scheme | kernel | tok/s | MFU | peak memory | nope tok/s (its block) | vs nope |"
+    rule = "|---|---|---:|---:|---:|---:|---:|"
     if peer:
         head += " x-transformers tok/s | vs x-transformers |"
         rule += "---:|---:|"
@@ -290,7 +293,7 @@ def training_table(report: Report) -> list[str]:
         row = (
             f"| {r.scheme} | {kernel_cell(r)} | {_tok(r.train)} "
             f"| {_num(report.mfu(r, r.train), '.1%')} | {memory_cell(r.train_mem)} "
-            f"| {_x(_ratio(r.train, nope.train if nope else None))} |"
+            f"| {_tok(report.reference(r))} | {_x(_ratio(r.train, report.reference(r)))} |"
         )
         if peer:
             row += f" {_tok(r.peer)} | {_x(_ratio(r.train, r.peer))} |"
@@ -415,12 +418,7 @@ def check_targets(report: Report) -> list[Target]:
             add(f"{name}, both compiled", pairs, lambda v: v >= TARGET_VS_PEER, times)
     else:
         targets.append(Target(name, None, "not measured (run with --peer)"))
-    nope = report.result(REFERENCE)
-    pairs = [
-        (r.scheme, _ratio(r.train, nope.train if nope else None))
-        for r in rs
-        if r.scheme != REFERENCE
-    ]
+    pairs = [(r.scheme, _ratio(r.train, report.reference(r))) for r in rs if r.scheme != REFERENCE]
     add(
         f"training tok/s ≥ {TARGET_VS_NOPE}× nope",
         pairs,
@@ -486,8 +484,9 @@ How to read this (and how it is measured; `scripts/benchmark.py` has the code):
   chunked output projection + cross-entropy of poslab.losses), backward, gradient clipping at
   1.0, AdamW (fused where training fuses it), `zero_grad(set_to_none=True)`, forward under the
   autocast dtype of the precision; random token ids, no data loading. The median over rounds;
-  ±x% is half the range of the rounds relative to the median. Every round times every job in
-  turn (ours, x-transformers, the next scheme, ...), so drift of the machine hits all alike.
+  ±x% is half the range of the rounds relative to the median. Every round times every job of
+  a scheme's block in turn (nope, ours, x-transformers, the other kernels, ...), so drift of
+  the machine hits all of them alike.
 - **MFU**: model FLOPs per token × tok/s ÷ the matmul peak. Model FLOPs per trained token =
   6·(N + d·V) + 6·n_layer·d·T, with N the matmul weights of the blocks (q/k/v/out projections,
   MLP; no embeddings, norms or biases), d·V the tied output projection, and 6·n_layer·d·T causal
@@ -499,7 +498,10 @@ How to read this (and how it is measured; `scripts/benchmark.py` has the code):
   AdamW moments, activations and runtime overhead (the kernel's peak counter is reset first;
   "(≤)" marks an upper bound where it cannot be). On CUDA, `torch.cuda.max_memory_allocated`
   of that process. MB = 10⁶ bytes.
-- **vs nope**: tok/s ÷ the tok/s of `nope` (no positional work at all).
+- **vs nope**: tok/s ÷ the tok/s of `nope` (no positional work at all) timed in the same
+  block: the schemes run one at a time, each scheme's jobs (every kernel, the peer, compiled,
+  16·L, evaluation) built beside a fresh nope, timed round-robin with it, and freed before the
+  next scheme's, so that the machine holds a few models rather than every scheme's at once.
 - **x-transformers / vs x-transformers**: the same size and scheme built with x-transformers'
   `TransformerWrapper`/`Decoder` (tied embeddings, SDPA attention where it allows it), trained on
   the same batch with the same optimizer and precision, loss `F.cross_entropy` over its logits;
@@ -520,7 +522,8 @@ How to read this (and how it is measured; `scripts/benchmark.py` has the code):
   16× L); a kernel
   that cannot train on the device (flex on a CPU) is listed, not timed.
 - **profiles**: every scheme below the vs-nope target gets one training step under
-  torch.profiler beside one of nope, and the page lists the ops with the most extra time.
+  torch.profiler beside one of its block's nope, and the page lists the ops with the most
+  extra time.
   When evaluation at 1× L runs below 3× training, one evaluation batch of nope is profiled
   beside one training step of it, per token: the ops that do not shrink to a third.
 """

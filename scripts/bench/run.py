@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import gc
 import os
 import platform
 import time
@@ -62,6 +63,7 @@ class SchemeResult:
     eval_profile: dict[str, float] | None = None
     eval_profile_tokens: int = 0
     params: int = 0
+    train_tokens: int = 0  # tokens per training step at L
     peer: Stat | None = None
     peer_note: str = ""
     peer_params: int = 0
@@ -73,6 +75,9 @@ class SchemeResult:
     eval_mem: dict[str, Any] | None = None
     compiled_job: TrainJob | None = None
     peer_compiled_job: TrainJob | None = None
+    # nope timed in this scheme's block (the same rounds), and its profile beside this one's
+    reference: Stat | None = None
+    reference_profile: dict[str, float] | None = None
 
 
 @dataclass
@@ -92,6 +97,14 @@ class Report:
 
     def result(self, scheme: str) -> SchemeResult | None:
         return next((r for r in self.results if r.scheme == scheme), None)
+
+    def reference(self, r: SchemeResult) -> Stat | None:
+        """nope's training tok/s to divide r's by: the nope timed in r's own block, else the
+        nope row's."""
+        if r.reference is not None:
+            return r.reference
+        nope = self.result(REFERENCE)
+        return nope.train if nope else None
 
     def mfu(self, r: SchemeResult, stat: Stat | None) -> float:
         if stat is None:
@@ -163,7 +176,7 @@ def build_jobs(
         train = train_job(model, model.loss)
         r = SchemeResult(scheme, train_flops_per_token(model, L), train.stat, Stat(), {})
         r.kernel, r.serving, r.main = pair.kernel, pair.serving, pair.main
-        r.train_job = train
+        r.train_job, r.train_tokens = train, train.tokens_per_step
         # a forward pass is a third of a training step's FLOPs (6 -> 2 per weight and pair)
         r.eval_flops = {f: train_flops_per_token(model, f * L) / 3 for f in EVAL_FACTORS}
         r.params = sum(p.numel() for p in model.parameters())
@@ -212,51 +225,90 @@ def build_jobs(
     return results, jobs
 
 
+def scheme_blocks(pairs: list[Pairing]) -> list[list[Pairing]]:
+    """The pairs grouped by scheme, in plan order: one block of jobs in memory at a time."""
+    blocks: dict[str, list[Pairing]] = {}
+    for pair in pairs:
+        blocks.setdefault(pair.scheme, []).append(pair)
+    return list(blocks.values())
+
+
 def run_benchmark(options: Options, progress: Callable[[str], None] | None = None) -> Report:
-    """Build every job, measure peak memory, then time all jobs round-robin."""
+    """Time the schemes one block at a time: a scheme's jobs (every kernel, the peer,
+    compiled, 16·L, evaluation) and a fresh `nope` at L, built, their peak memory measured,
+    warmed up and timed round-robin, then freed before the next scheme's.
+
+    Holding every job of every scheme at once (164 models with their AdamW states, 16.5 GB of
+    23.5 on the 2-core CPU) made the machine page-fault through the rounds, and ratios to nope
+    moved by ±20%. Within a block, nope is timed in the same rounds as the scheme, so every
+    "vs nope" divides by a nope measured at the same moment of the machine."""
     from bench.plan import plan  # poslab.build: not needed by what imports this module's types
 
     say = progress or (lambda msg: None)
     started = time.perf_counter()
     setup = make_setup(options.precision, options.device)
     pairs, untimed = plan(options)
+    paired = any(p.scheme == REFERENCE for p in pairs)
     server: MemoryServer | InProcessMeasure | None = None
     if options.memory:  # a server of fresh processes on a CPU (peak RSS), imports while we build
         server = InProcessMeasure() if setup.device.type == "cuda" else MemoryServer()
+    everything: list[SchemeResult] = []
+    failed: list[str] = []
+    # the matmul peak before and after the timings it divides, at their dtype; the better of
+    # the two (a busy moment can only lower a peak)
+    peak, peak_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
+    nope_block: list[SchemeResult] = []
     try:
-        everything, jobs = build_jobs(options, setup, pairs)
-        results = [r for r in everything if r.main]
-        if server is not None:
-            # before any timing, which the measuring processes would compete with for the cores
-            measure_peaks(server, results, options, setup, say)
+        for block in scheme_blocks(pairs):
+            scheme = block[0].scheme
+            block_results, jobs = build_jobs(options, setup, block)
+            if server is not None:
+                # before the block's timing, which the measuring processes would compete with
+                measure_peaks(server, [r for r in block_results if r.main], options, setup, say)
+            reference = None
+            if paired and scheme != REFERENCE:
+                reference = reference_job(options, setup)
+                jobs.insert(0, reference)
+            say(f"{scheme}: warm-up of {len(jobs)} jobs ({options.warmup} steps each)")
+            jobs, block_failed = warm_up_all(jobs, options.warmup, say)
+            failed += block_failed
+            if reference is not None and reference not in jobs:
+                reference = None
+            for i in range(options.rounds):
+                round_start = time.perf_counter()
+                for job in jobs:
+                    job.run()
+                ours = [r for r in block_results if r.train.samples]
+                say(
+                    f"{scheme}: round {i + 1}/{options.rounds} "
+                    f"({time.perf_counter() - round_start:.0f} s), training tok/s: "
+                    + ", ".join(f"{r.kernel} {r.train.samples[-1]:,.0f}" for r in ours)
+                    + (f", {REFERENCE} {reference.stat.samples[-1]:,.0f}" if reference else "")
+                )
+            for r in block_results:
+                r.compile_s = r.compiled_job.first_step_s if r.compiled_job else None
+                r.peer_compile_s = r.peer_compiled_job.first_step_s if r.peer_compiled_job else None
+                if reference is not None:
+                    r.reference = reference.stat
+            if reference is not None:
+                profile_if_slow(block_results, reference, say)
+            everything += block_results
+            if scheme == REFERENCE:
+                nope_block = block_results  # kept: its evaluation may be profiled at the end
+            else:
+                release(block_results)
+            del jobs, reference
     finally:
         if server is not None:
             server.close()
-
-    say(f"warm-up: {options.warmup} steps of each of {len(jobs)} jobs")
-    jobs, failed = warm_up_all(jobs, options.warmup, say)
-    for r in results:
-        r.compile_s = r.compiled_job.first_step_s if r.compiled_job else None
-        r.peer_compile_s = r.peer_compiled_job.first_step_s if r.peer_compiled_job else None
-
-    # the matmul peak right before and after the timings it divides, at their dtype; the
-    # better of the two (a busy moment can only lower a peak)
-    peak, peak_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
-    for i in range(options.rounds):
-        round_start = time.perf_counter()
-        for job in jobs:
-            job.run()
-        say(
-            f"round {i + 1}/{options.rounds} ({time.perf_counter() - round_start:.0f} s), "
-            "training tok/s: "
-            + ", ".join(f"{r.scheme} {r.train.samples[-1]:,.0f}" for r in results)
-            + (f" (and {extra} kernel rows)" if (extra := len(everything) - len(results)) else "")
-        )
     after, after_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
     if after > peak:
         peak, peak_size = after, after_size
-    profile_slow_schemes(results, say)
+    results = [r for r in everything if r.main]
+    if not paired:
+        profile_slow_schemes(results, say)
     profile_evaluation(results, say)
+    release(nope_block)
     return Report(
         options=options,
         setup=setup,
@@ -271,6 +323,34 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
         untimed=untimed,
         failed=failed,
     )
+
+
+def reference_job(options: Options, setup: Setup) -> TrainJob:
+    """A fresh nope at its default kernel, training at L: the block's reference."""
+    config = scheme_config(options.model, REFERENCE, options.seq_len, options.max_len)
+    torch.manual_seed(0)
+    model = build_model(config, options.vocab).to(setup.device)
+    job = TrainJob(
+        setup,
+        model,
+        model.loss,
+        options.batch_size,
+        options.seq_len,
+        options.vocab,
+        options.steps,
+        False,
+    )
+    job.label = f"{REFERENCE} (reference), training at L={options.seq_len}"
+    return job
+
+
+def release(results: list[SchemeResult]) -> None:
+    """Drop the models and optimizer states the results' jobs hold (their timings stay)."""
+    for r in results:
+        r.train_job = r.eval_job = r.compiled_job = r.peer_compiled_job = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def warm_up_all(
@@ -363,6 +443,28 @@ def profile_evaluation(results: list[SchemeResult], say: Callable[[str], None]) 
     nope.profile = nope.profile or op_times(nope.train_job)
     nope.eval_profile = op_times(nope.eval_job)
     nope.eval_profile_tokens = nope.eval_job.batch_tokens
+
+
+def profile_if_slow(
+    results: list[SchemeResult], reference: TrainJob, say: Callable[[str], None]
+) -> None:
+    """A profile of one training step of every row of a block below TARGET_VS_NOPE × the
+    block's nope, beside one step of that nope: the page shows which ops take the extra time."""
+    slow = [
+        r
+        for r in results
+        if r.main
+        and r.train_job
+        and r.train.samples
+        and reference.stat.samples
+        and r.train.median < TARGET_VS_NOPE * reference.stat.median
+    ]
+    if not slow:
+        return
+    say(f"profiling one training step of {', '.join(r.scheme for r in slow)} and {REFERENCE}")
+    base = op_times(reference)
+    for r in slow:
+        r.profile, r.reference_profile = op_times(r.train_job), base
 
 
 def profile_slow_schemes(results: list[SchemeResult], say: Callable[[str], None]) -> None:
