@@ -54,7 +54,7 @@ from bench.configs import REPO, Options, available_schemes, config_names
 from bench.memory import serve_memory
 from bench.plan import kernel_choices, plan
 from bench.report import check_targets, render_markdown
-from bench.run import run_benchmark
+from bench.run import Report, run_benchmark
 
 from poslab.arguments import OneLineParser, at_least, check_writable
 from poslab.errors import exit_on_config_error
@@ -201,13 +201,24 @@ def main(argv: list[str] | None = None) -> None:
     options = parse_args(argv)
     check_options(options)  # before any timing: a bad setting fails in a second, not minutes in
     logging.basicConfig(level=logging.WARNING)
-    report = run_benchmark(options, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def write(report: Report) -> None:
+        """The page, replaced whole (written aside, then renamed): after each scheme's block
+        marked unfinished, so that a run stopped part-way keeps what it measured."""
+        if options.out:
+            out = Path(options.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            part = out.with_name(out.name + ".part")
+            part.write_text(render_markdown(report, explain=True))
+            part.replace(out)
+
+    report = run_benchmark(
+        options, progress=lambda msg: print(msg, file=sys.stderr, flush=True), on_block=write
+    )
     print(render_markdown(report))
+    write(report)
     if options.out:
-        out = Path(options.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(render_markdown(report, explain=True))
-        print(f"wrote {out}", file=sys.stderr)
+        print(f"wrote {options.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

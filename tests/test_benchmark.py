@@ -131,7 +131,7 @@ def test_named_kernels_must_serve_every_scheme(bench) -> None:
         plan(options(bench, schemes=["rope", "cope"], attention=["sdpa"]))
 
 
-def one_round(bench, schemes: list[str]):
+def one_round(bench, schemes: list[str], on_block=None):
     """A real benchmark of `schemes` at the smallest size: one round of one step each."""
     return bench.run_benchmark(
         options(
@@ -145,7 +145,8 @@ def one_round(bench, schemes: list[str]):
             eval_batches=1,
             max_matmul=256,
             memory=False,
-        )
+        ),
+        on_block=on_block,
     )
 
 
@@ -169,7 +170,12 @@ def test_each_scheme_is_timed_beside_its_own_nope_and_freed(bench, one_thread) -
     """Blocks: every scheme's "vs nope" divides by a nope timed in its own rounds, and no
     block's models outlive it (the nope row's block is kept for the evaluation profile, then
     freed too)."""
-    report = one_round(bench, ["nope", "rope", "alibi"])
+    pages = []
+    report = one_round(bench, ["nope", "rope", "alibi"], lambda rep: pages.append(rep))
+    # after each block but the last, the report so far, marked unfinished
+    assert [[r.scheme for r in p.results] for p in pages] == [["nope"], ["nope", "rope"]]
+    assert "- **unfinished**: 2 of 3 schemes timed so far" in bench.render_markdown(pages[1])
+    assert not report.partial and "unfinished" not in bench.render_markdown(report)
     nope, rope, alibi = report.results
     assert nope.reference is None and rope.reference is not None and alibi.reference is not None
     assert rope.reference is not alibi.reference and rope.reference.samples

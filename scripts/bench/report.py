@@ -64,7 +64,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def render_header(report: Report) -> list[str]:
     o, s = report.options, report.setup
-    lines = [
+    lines = [f"- **unfinished**: {report.partial}"] if report.partial else []
+    lines += [
         f"- **date**: {report.date}; the run took {report.seconds / 60:.1f} min",
         f"- **command**: `{o.command}`",
         f"- **attention**: {attention_line(o)}",

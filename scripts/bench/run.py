@@ -94,6 +94,8 @@ class Report:
     kernel_rows: list[SchemeResult] = field(default_factory=list)  # every other kernel
     untimed: list[Untimed] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # jobs that could not run: what and why
+    # while the run goes on: which schemes it has timed so far, of how many ("" when done)
+    partial: str = ""
 
     def result(self, scheme: str) -> SchemeResult | None:
         return next((r for r in self.results if r.scheme == scheme), None)
@@ -233,7 +235,11 @@ def scheme_blocks(pairs: list[Pairing]) -> list[list[Pairing]]:
     return list(blocks.values())
 
 
-def run_benchmark(options: Options, progress: Callable[[str], None] | None = None) -> Report:
+def run_benchmark(
+    options: Options,
+    progress: Callable[[str], None] | None = None,
+    on_block: Callable[[Report], None] | None = None,
+) -> Report:
     """Time the schemes one block at a time: a scheme's jobs (every kernel, the peer,
     compiled, 16·L, evaluation) and a fresh `nope` at L, built, their peak memory measured,
     warmed up and timed round-robin, then freed before the next scheme's.
@@ -241,7 +247,9 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
     Holding every job of every scheme at once (164 models with their AdamW states, 16.5 GB of
     23.5 on the 2-core CPU) made the machine page-fault through the rounds, and ratios to nope
     moved by ±20%. Within a block, nope is timed in the same rounds as the scheme, so every
-    "vs nope" divides by a nope measured at the same moment of the machine."""
+    "vs nope" divides by a nope measured at the same moment of the machine. After each block,
+    `on_block` gets the report so far (`partial` says how far), so that a stopped run keeps
+    what it measured."""
     from bench.plan import plan  # poslab.build: not needed by what imports this module's types
 
     say = progress or (lambda msg: None)
@@ -258,8 +266,28 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
     # the two (a busy moment can only lower a peak)
     peak, peak_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
     nope_block: list[SchemeResult] = []
+
+    def report(partial: str = "") -> Report:
+        return Report(
+            options=options,
+            setup=setup,
+            machine=machine_info(setup),
+            peak_flops=peak,
+            peak_size=peak_size,
+            bf16_speedup=bf16,
+            results=[r for r in everything if r.main],
+            seconds=time.perf_counter() - started,
+            date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+            kernel_rows=[r for r in everything if not r.main],
+            untimed=untimed,
+            failed=failed,
+            partial=partial,
+        )
+
+    bf16 = bf16_speedup(setup.device)
+    blocks = scheme_blocks(pairs)
     try:
-        for block in scheme_blocks(pairs):
+        for done, block in enumerate(blocks, 1):
             scheme = block[0].scheme
             block_results, jobs = build_jobs(options, setup, block)
             if server is not None:
@@ -298,6 +326,8 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
             else:
                 release(block_results)
             del jobs, reference
+            if on_block is not None and done < len(blocks):
+                on_block(report(f"{done} of {len(blocks)} schemes timed so far"))
     finally:
         if server is not None:
             server.close()
@@ -305,24 +335,9 @@ def run_benchmark(options: Options, progress: Callable[[str], None] | None = Non
     if after > peak:
         peak, peak_size = after, after_size
     results = [r for r in everything if r.main]
-    if not paired:
-        profile_slow_schemes(results, say)
     profile_evaluation(results, say)
     release(nope_block)
-    return Report(
-        options=options,
-        setup=setup,
-        machine=machine_info(setup),
-        peak_flops=peak,
-        peak_size=peak_size,
-        bf16_speedup=bf16_speedup(setup.device),
-        results=results,
-        seconds=time.perf_counter() - started,
-        date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        kernel_rows=[r for r in everything if not r.main],
-        untimed=untimed,
-        failed=failed,
-    )
+    return report()
 
 
 def reference_job(options: Options, setup: Setup) -> TrainJob:
@@ -465,22 +480,3 @@ def profile_if_slow(
     base = op_times(reference)
     for r in slow:
         r.profile, r.reference_profile = op_times(r.train_job), base
-
-
-def profile_slow_schemes(results: list[SchemeResult], say: Callable[[str], None]) -> None:
-    """A profile of one training step of every scheme below TARGET_VS_NOPE × nope, and of
-    nope: the page shows which ops take the extra time."""
-    nope = next((r for r in results if r.scheme == REFERENCE), None)
-    if nope is None or nope.train_job is None or not nope.train.samples:
-        return
-    slow = [
-        r
-        for r in results
-        if r is not nope and r.train_job and r.train.median < TARGET_VS_NOPE * nope.train.median
-    ]
-    if not slow:
-        return
-    say(f"profiling one training step of {', '.join(r.scheme for r in slow)} and {REFERENCE}")
-    nope.profile = op_times(nope.train_job)
-    for r in slow:
-        r.profile = op_times(r.train_job)
