@@ -1,8 +1,10 @@
-"""scripts/baselines.py: chance and every stated shortcut per length, with no model."""
+"""scripts/baselines.py: chance and every stated shortcut per length, with no model; for a corpus,
+the perplexity of count models that read no positions."""
 
+import numpy as np
 import pytest
 
-from poslab.evaluation.baselines import baseline_rows, main
+from poslab.evaluation.baselines import baseline_rows, count_model_rows, main
 from poslab.tasks.grid import Grid
 from poslab.tasks.needle import Needle
 
@@ -23,10 +25,43 @@ def test_needle_shortcuts_stay_near_chance_at_every_length():
         assert row["accuracy"] <= task.shortcut_margin + 0.05, row
 
 
-def test_the_cli_prints_a_table_and_refuses_a_corpus(capsys):
+def test_the_cli_prints_a_task_table(capsys):
     main(["data=needle", "--lengths", "64", "--examples", "5"])
     assert "| 64 | chance |" in capsys.readouterr().out
+
+
+def test_count_models_of_a_stream_the_previous_token_decides():
+    """A cycle through the vocabulary: the unigram cannot do better than a uniform guess, the
+    bigram (λ fitted on the training stream's last tenth) next to perfectly."""
+    vocab = 50
+    train = np.tile(np.arange(vocab), 40)
+    evaluated = np.tile(np.arange(vocab), 3)[7:]
+    unigram, bigram = count_model_rows(train, evaluated, vocab)
+    assert unigram["ppl"] == pytest.approx(vocab, rel=0.01)
+    assert bigram["predictor"] == "bigram (λ = 0.95)" and bigram["ppl"] < 1.1
+    # the evaluated split is not used to fit: λ is the same for another one
+    assert (
+        count_model_rows(train, evaluated[::-1].copy(), vocab)[1]["predictor"]
+        == (bigram["predictor"])
+    )
+    with pytest.raises(ValueError, match="count models need"):
+        count_model_rows(train[:5], evaluated, vocab)
+
+
+def test_the_cli_scores_a_corpus_with_count_models(capsys, corpus):
+    """The toy corpus ties each verb to its noun: the previous token predicts much of it."""
+    main(["data=wikitext2", f"data.path={corpus}"])
+    out = capsys.readouterr().out
+    assert "## wikitext2: count models without positions (validation split" in out
+    rows = {
+        line.split("|")[1].strip(): float(line.split("|")[2])
+        for line in out.splitlines()
+        if line.startswith("| unigram") or line.startswith("| bigram")
+    }
+    unigram = rows.pop("unigram (add-one)")
+    (bigram,) = rows.values()
+    assert 1 < bigram < unigram / 2
     with pytest.raises(SystemExit) as stop:
-        main(["data=wikitext2"])
+        main(["data=wikitext2", f"data.path={corpus}", "--split", "dev"])
     assert stop.value.code == 2
-    assert capsys.readouterr().err.startswith("error: data=wikitext2 is a corpus")
+    assert capsys.readouterr().err.startswith("error: --split dev: the corpus has")

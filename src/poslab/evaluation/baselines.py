@@ -1,7 +1,9 @@
 """What a task's trivial heuristics score, without a model: chance and every stated shortcut
-(`Task.shortcuts`) at each evaluation length, on the examples an evaluation would draw.
+(`Task.shortcuts`) at each evaluation length, on the examples an evaluation would draw; for a
+corpus, the perplexity of count models that read no positions (unigram, bigram).
 
 python scripts/baselines.py data=grid --lengths 64 256 1024
+python scripts/baselines.py data=wikitext2          # the token cache a run of it would use
 
 Arguments other than the flags are Hydra overrides of conf/train.yaml (data=..., data.task.*=...).
 A row a model does not beat is a row that says nothing about positions. Bad input ends with one
@@ -10,12 +12,15 @@ A row a model does not beat is a row that says nothing about positions. Bad inpu
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
+import numpy as np
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from hydra.utils import instantiate
+from omegaconf import DictConfig
 
 from poslab.arguments import OneLineParser
 from poslab.errors import ConfigError
@@ -63,6 +68,79 @@ def markdown(rows: list[dict], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def count_model_rows(train: np.ndarray, evaluated: np.ndarray, vocab: int) -> list[dict]:
+    """Token perplexity on `evaluated` of two models counted on `train`, neither of which reads
+    a position or more than one token of context: a row of a language-model table at or above
+    the unigram has not learned to use its context, and one above the bigram uses less of it
+    than the previous token alone gives.
+
+    unigram: add-one counts. bigram: P(b | a) = λ·c(a, b)/c(a) + (1 − λ)·P_unigram(b), with λ
+    chosen on the last tenth of `train` (counted on the rest), then counted on all of it; the
+    evaluated split is never used to fit either."""
+    train, evaluated = np.asarray(train, np.int64), np.asarray(evaluated, np.int64)
+    if len(train) < 20 or len(evaluated) < 2:
+        raise ValueError(
+            f"count models need ≥ 20 training and ≥ 2 evaluated tokens "
+            f"(got {len(train)} and {len(evaluated)})"
+        )
+    held = len(train) - len(train) // 10
+    fitted = _Bigram(train[:held], vocab)
+    lambdas = [i / 20 for i in range(1, 20)]
+    best = min(lambdas, key=lambda lam: fitted.nll(train[held - 1 :], lam))
+    model = _Bigram(train, vocab)
+    targets = evaluated[1:]  # as the models score: every token after the first
+    return [
+        {"predictor": "unigram (add-one)", "ppl": math.exp(model.unigram_nll(targets))},
+        {"predictor": f"bigram (λ = {best:.2f})", "ppl": math.exp(model.nll(evaluated, best))},
+    ]
+
+
+class _Bigram:
+    """Unigram and bigram counts of a token stream, kept sparse (vocab² would not fit)."""
+
+    def __init__(self, ids: np.ndarray, vocab: int) -> None:
+        self.vocab = vocab
+        counts = np.bincount(ids, minlength=vocab)[:vocab] + 1.0
+        self.unigram = counts / counts.sum()
+        self.pairs, self.pair_counts = np.unique(ids[:-1] * vocab + ids[1:], return_counts=True)
+        self.first = np.bincount(ids[:-1], minlength=vocab)[:vocab]
+
+    def unigram_nll(self, ids: np.ndarray) -> float:
+        return float(-np.log(self.unigram[ids]).mean())
+
+    def nll(self, ids: np.ndarray, lam: float) -> float:
+        """Mean NLL of ids[1:] given each previous token."""
+        prev, nxt = ids[:-1], ids[1:]
+        codes = prev * self.vocab + nxt
+        at = np.minimum(np.searchsorted(self.pairs, codes), len(self.pairs) - 1)
+        pair = np.where(self.pairs[at] == codes, self.pair_counts[at], 0)
+        conditional = pair / np.maximum(self.first[prev], 1)
+        return float(-np.log(lam * conditional + (1 - lam) * self.unigram[nxt]).mean())
+
+
+def count_markdown(rows: list[dict], title: str, split: str, tokens: int) -> str:
+    lines = [
+        f"## {title}: count models without positions ({split} split, {tokens:,} tokens)",
+        "",
+        "| predictor | token perplexity |",
+        "|---|---|",
+    ]
+    lines += [f"| {r['predictor']} | {r['ppl']:.2f} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def corpus_baselines(cfg: DictConfig, split: str) -> str:
+    """The count models' table for the corpus of `cfg.data`, from the token cache a run with
+    these settings would use (built if need be)."""
+    data = instantiate(cfg.data)
+    meta = data.meta()
+    if split not in meta["splits"]:
+        raise ValueError(f"--split {split}: the corpus has {', '.join(meta['splits'])}")
+    train, evaluated = data.cache.split("train").ids, data.cache.split(split).ids
+    rows = count_model_rows(train, evaluated, int(meta["vocab_size"]))
+    return count_markdown(rows, str(cfg.data.name), split, len(evaluated))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog="scripts/baselines.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -79,15 +157,16 @@ def main(argv: list[str] | None = None) -> None:
         help="examples per length and condition (default: eval.task_examples)",
     )
     parser.add_argument("--seed", type=int, default=None, help="default: the config's seed")
+    parser.add_argument(
+        "--split", default="validation", help="a corpus's split to score (default: validation)"
+    )
     try:
         args, overrides = parser.parse_known_args(argv)
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose("train", overrides=overrides)
         if "task" not in cfg.data:
-            raise ValueError(
-                f"data={cfg.data.name} is a corpus, not a task: pick a task "
-                "(data=needle, multi_key, copy, grid, ...)"
-            )
+            print(corpus_baselines(cfg, args.split), end="")
+            return
         task: Task = instantiate(cfg.data.task)
         lengths = args.lengths or [int(cfg.data.seq_len * f) for f in cfg.eval.factors]
         examples = args.examples or int(cfg.eval.task_examples)
