@@ -65,3 +65,7 @@ def test_the_cli_scores_a_corpus_with_count_models(capsys, corpus):
         main(["data=wikitext2", f"data.path={corpus}", "--split", "dev"])
     assert stop.value.code == 2
     assert capsys.readouterr().err.startswith("error: --split dev: the corpus has")
+    with pytest.raises(SystemExit) as stop:  # the data module's own error, not Hydra's wrapper
+        main(["data=wikitext2", f"data.path={corpus}/missing"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: data.path={corpus}/missing does not exist")

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from poslab.arguments import OneLineParser
 from poslab.errors import ConfigError
+from poslab.instantiate import instantiate_checked
 from poslab.tasks import evaluation_batches
 from poslab.tasks.base import Task, predictor_accuracy
 
@@ -132,7 +133,7 @@ def count_markdown(rows: list[dict], title: str, split: str, tokens: int) -> str
 def corpus_baselines(cfg: DictConfig, split: str) -> str:
     """The count models' table for the corpus of `cfg.data`, from the token cache a run with
     these settings would use (built if need be)."""
-    data = instantiate(cfg.data)
+    data = instantiate_checked(cfg.data)
     meta = data.meta()
     if split not in meta["splits"]:
         raise ValueError(f"--split {split}: the corpus has {', '.join(meta['splits'])}")
