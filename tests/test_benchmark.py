@@ -73,6 +73,8 @@ def test_tiny_benchmark_reports_positive_finite_numbers(bench, one_thread) -> No
     for r in report.kernel_rows:
         values = [r.train.median, r.eval[16].median]  # kernel_eval=True below
         assert all(math.isfinite(v) and v > 0 for v in values), (r.scheme, r.kernel, values)
+    # no model outlives the run, the kernel rows' and nope's included
+    assert all(r.train_job is None for r in [*report.results, *report.kernel_rows])
     # flex serves both but has no CPU backward: listed, not timed
     assert {(u.scheme, u.kernel) for u in report.untimed} == {("nope", "flex"), ("alibi", "flex")}
     md = bench.render_markdown(report, explain=True)

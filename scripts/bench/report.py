@@ -131,12 +131,13 @@ def profile_tables(report: Report, top: int = PROFILE_OPS) -> list[str]:
     """Where each scheme below TARGET_VS_NOPE × nope spends its extra time: the ops of one
     profiled training step with the most self time beyond nope's."""
     nope = report.result(REFERENCE)
+    nope_profile = nope.profile if nope else None
     slow = [
         r
         for r in report.results
-        if r.profile is not None and r is not nope and (r.reference_profile or nope.profile)
+        if r.profile is not None and r is not nope and (r.reference_profile or nope_profile)
     ]
-    if nope is None or not slow:
+    if not slow:
         return []
     lines = [
         "",
@@ -147,7 +148,7 @@ def profile_tables(report: Report, top: int = PROFILE_OPS) -> list[str]:
         "that take the extra time.",
     ]
     for r in slow:
-        ours, base = r.profile, r.reference_profile or nope.profile
+        ours, base = r.profile, r.reference_profile or nope_profile or {}
         extra = sorted(ours, key=lambda op: ours[op] - base.get(op, 0.0), reverse=True)[:top]
         lines += [
             "",

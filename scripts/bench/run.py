@@ -256,7 +256,9 @@ def run_benchmark(
     started = time.perf_counter()
     setup = make_setup(options.precision, options.device)
     pairs, untimed = plan(options)
-    paired = any(p.scheme == REFERENCE for p in pairs)
+    # nope's main kernel: the reference of every block runs on it, as the nope row does
+    nope_kernel = next((p.kernel for p in pairs if p.scheme == REFERENCE and p.main), None)
+    paired = nope_kernel is not None
     server: MemoryServer | InProcessMeasure | None = None
     if options.memory:  # a server of fresh processes on a CPU (peak RSS), imports while we build
         server = InProcessMeasure() if setup.device.type == "cuda" else MemoryServer()
@@ -295,7 +297,7 @@ def run_benchmark(
                 measure_peaks(server, [r for r in block_results if r.main], options, setup, say)
             reference = None
             if paired and scheme != REFERENCE:
-                reference = reference_job(options, setup)
+                reference = reference_job(options, setup, nope_kernel)
                 jobs.insert(0, reference)
             say(f"{scheme}: warm-up of {len(jobs)} jobs ({options.warmup} steps each)")
             jobs, block_failed = warm_up_all(jobs, options.warmup, say)
@@ -321,13 +323,21 @@ def run_benchmark(
             if reference is not None:
                 profile_if_slow(block_results, reference, say)
             everything += block_results
+            del jobs, reference  # the results' own references go next: then nothing holds them
             if scheme == REFERENCE:
-                nope_block = block_results  # kept: its evaluation may be profiled at the end
+                # only the main row's training and evaluation stay (one model): its evaluation
+                # may be profiled at the end
+                nope_block = [r for r in block_results if r.main]
+                for r in nope_block:
+                    r.compiled_job = r.peer_compiled_job = None
+                release([r for r in block_results if not r.main])
             else:
                 release(block_results)
-            del jobs, reference
             if on_block is not None and done < len(blocks):
-                on_block(report(f"{done} of {len(blocks)} schemes timed so far"))
+                try:
+                    on_block(report(f"{done} of {len(blocks)} schemes timed so far"))
+                except Exception as err:  # a page that cannot be written stops no measurement
+                    say(f"the report so far was not written: {type(err).__name__}: {err}")
     finally:
         if server is not None:
             server.close()
@@ -340,9 +350,9 @@ def run_benchmark(
     return report()
 
 
-def reference_job(options: Options, setup: Setup) -> TrainJob:
-    """A fresh nope at its default kernel, training at L: the block's reference."""
-    config = scheme_config(options.model, REFERENCE, options.seq_len, options.max_len)
+def reference_job(options: Options, setup: Setup, kernel: str) -> TrainJob:
+    """A fresh nope on the nope row's kernel, training at L: the block's reference."""
+    config = scheme_config(options.model, REFERENCE, options.seq_len, options.max_len, kernel)
     torch.manual_seed(0)
     model = build_model(config, options.vocab).to(setup.device)
     job = TrainJob(

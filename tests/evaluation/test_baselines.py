@@ -39,11 +39,10 @@ def test_count_models_of_a_stream_the_previous_token_decides():
     unigram, bigram = count_model_rows(train, evaluated, vocab)
     assert unigram["ppl"] == pytest.approx(vocab, rel=0.01)
     assert bigram["predictor"] == "bigram (λ = 0.95)" and bigram["ppl"] < 1.1
-    # the evaluated split is not used to fit: λ is the same for another one
-    assert (
-        count_model_rows(train, evaluated[::-1].copy(), vocab)[1]["predictor"]
-        == (bigram["predictor"])
-    )
+    # λ is fitted on training text only: evaluated on random tokens, where the previous token
+    # tells nothing and a smaller λ would score better, it stays the training stream's
+    noise = np.random.default_rng(0).integers(0, vocab, 500)
+    assert count_model_rows(train, noise, vocab)[1]["predictor"] == bigram["predictor"]
     with pytest.raises(ValueError, match="count models need"):
         count_model_rows(train[:5], evaluated, vocab)
 
@@ -65,6 +64,9 @@ def test_the_cli_scores_a_corpus_with_count_models(capsys, corpus):
         main(["data=wikitext2", f"data.path={corpus}", "--split", "dev"])
     assert stop.value.code == 2
     assert capsys.readouterr().err.startswith("error: --split dev: the corpus has")
+    with pytest.raises(SystemExit) as stop:  # its own training split: in-sample, refused
+        main(["data=wikitext2", f"data.path={corpus}", "--split", "train"])
+    assert capsys.readouterr().err.startswith("error: --split train: the count models are fitted")
     with pytest.raises(SystemExit) as stop:  # the data module's own error, not Hydra's wrapper
         main(["data=wikitext2", f"data.path={corpus}/missing"])
     assert stop.value.code == 2

@@ -80,5 +80,26 @@ def test_fast_path_backward_is_the_derivative():
     gen = torch.Generator().manual_seed(3)
     scores = torch.randn(1, 2, 5, 5, generator=gen, dtype=torch.float64, requires_grad=True)
     logits = torch.randn(1, 2, 5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
-    seen = (torch.arange(5)[None, :] <= torch.arange(5)[:, None]).double()
-    assert torch.autograd.gradcheck(ContextualScores.apply, (scores, logits, seen), eps=1e-7)
+    future = torch.arange(5)[None, :] > torch.arange(5)[:, None]
+    assert torch.autograd.gradcheck(ContextualScores.apply, (scores, logits, future), eps=1e-7)
+
+
+def test_what_the_scores_hold_where_a_query_cannot_see_changes_nothing():
+    """−inf or NaN in the masked (future) scores, as a kernel may pass them: the seen pairs'
+    values and every gradient are those of clean scores."""
+    torch.manual_seed(1)
+    scheme = CoPE(D_MODEL, N_HEAD, npos=4)
+    torch.nn.init.normal_(scheme.pos_emb)
+    clean = torch.randn(1, N_HEAD, 6, 6)
+    q = torch.randn(1, N_HEAD, 6, D_MODEL // N_HEAD)
+    future = torch.arange(6)[None, :] > torch.arange(6)[:, None]
+    results = []
+    for fill in (None, float("-inf"), float("nan")):
+        scores = (clean if fill is None else clean.masked_fill(future, fill)).requires_grad_()
+        out = scheme.modify_scores(scores, q, q, future, torch.zeros(1), torch.zeros(1))
+        weights = torch.softmax(out.masked_fill(future, float("-inf")), dim=-1)
+        (grad,) = torch.autograd.grad((weights * torch.arange(6.0)).sum(), [scores])
+        results.append((out.masked_fill(future, 0.0), grad.masked_fill(future, 0.0)))
+    for out, grad in results[1:]:
+        torch.testing.assert_close(out, results[0][0])
+        torch.testing.assert_close(grad, results[0][1])

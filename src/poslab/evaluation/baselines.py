@@ -137,6 +137,10 @@ def corpus_baselines(cfg: DictConfig, split: str) -> str:
     meta = data.meta()
     if split not in meta["splits"]:
         raise ValueError(f"--split {split}: the corpus has {', '.join(meta['splits'])}")
+    if split == "train":
+        raise ValueError(
+            "--split train: the count models are fitted on it; score validation or test"
+        )
     train, evaluated = data.cache.split("train").ids, data.cache.split(split).ids
     rows = count_model_rows(train, evaluated, int(meta["vocab_size"]))
     return count_markdown(rows, str(cfg.data.name), split, len(evaluated))

@@ -51,14 +51,14 @@ class CoPE(PositionalScheme):
         layer: int = 0,
     ) -> Tensor:
         logits = q.float() @ self.pos_emb.float().t()  # (B, H, Tq, npos): q·e[k]
-        seen = (~future).to(scores.dtype)
-        return ContextualScores.apply(scores, logits.to(scores.dtype), seen)
+        return ContextualScores.apply(scores, logits.to(scores.dtype), future)
 
 
 class ContextualScores(torch.autograd.Function):
-    """scores + z[p] for scores (B, H, Tq, Tk), z = q·e (B, H, Tq, npos) and `seen`, 1.0 for the
-    keys a query may see (broadcastable to the scores), with p = Σ_{j=n..m} σ(score_mj) over the
-    seen keys, clamped to npos − 1, and z interpolated linearly:
+    """scores + z[p] for scores (B, H, Tq, Tk), z = q·e (B, H, Tq, npos) and `future`, True for
+    the keys a query may not see (broadcastable to the scores), with p = Σ_{j=n..m} σ(score_mj)
+    over the keys it sees (whatever the scores hold elsewhere, a −inf or a NaN included),
+    clamped to npos − 1, and z interpolated linearly:
 
         z[p] = z[⌊p⌋] + (p − ⌊p⌋)·(z[⌊p⌋ + 1] − z[⌊p⌋])
 
@@ -72,9 +72,9 @@ class ContextualScores(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, scores: Tensor, logits: Tensor, seen: Tensor) -> Tensor:  # noqa: D102
+    def forward(ctx: Any, scores: Tensor, logits: Tensor, future: Tensor) -> Tensor:  # noqa: D102
         npos = logits.shape[-1]
-        gates = torch.sigmoid(scores).mul_(seen)
+        gates = torch.sigmoid(scores).masked_fill_(future, 0.0)
         frac = gates.flip(-1).cumsum_(-1).flip(-1).clamp_(max=npos - 1)
         floor = frac.floor()
         frac.sub_(floor)
@@ -107,11 +107,11 @@ class ContextualScores(torch.autograd.Function):
 
 
 def _flat_offsets(floor: Tensor, logits: Tensor) -> Tensor:
-    """The flat index into `logits` (B, H, Tq, npos) of z[⌊p⌋] for every pair: int32 where it
-    fits (a float32 → int32 conversion by the 1.5·2²³ trick, exact for 0 ≤ ⌊p⌋ < 2²²), which
-    index_select and index_add_ take; int64 beyond."""
+    """The flat index into `logits` (B, H, Tq, npos) of z[⌊p⌋] for every pair (0 ≤ ⌊p⌋ ≤
+    npos − 1): int32 where it fits (a float32 → int32 conversion by the 1.5·2²³ trick, exact for
+    integers below 2²²), which index_select and index_add_ take; int64 beyond."""
     rows, npos = logits.shape[:-1].numel(), logits.shape[-1]
-    if rows * npos < 2**31 and floor.dtype == torch.float32:
+    if rows * npos < 2**31 and npos <= 2**22 and floor.dtype == torch.float32:
         index = (floor + _MAGIC).view(torch.int32).sub_(_MAGIC_BITS)
         dtype = torch.int32
     else:
