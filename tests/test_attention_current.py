@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from models import N_HEAD, build_kernel, build_scheme, tiny_gpt, tokens
 
-from poslab.attention import SDPA, StickBreaking, flex_available
+from poslab.attention import SDPA, StickBreaking, decay_attention, flex_available
 from poslab.errors import ConfigError
 from poslab.linear_attention import Linear
 from poslab.model import GPT, GPTConfig
@@ -312,6 +312,88 @@ def test_fox_gates_stay_fp32_under_bf16_autocast():
         c = fox.data_decay(x.bfloat16(), 0)
     assert c.dtype == torch.float32
     torch.testing.assert_close(c, fox.data_decay(x.bfloat16().float(), 0), atol=1e-5, rtol=1e-5)
+
+
+class _Decay(_Plain):
+    needs = "decay"
+
+
+def _decay_inputs(length: int = 40, forget: float = 1.0, seed: int = 0):
+    """fp32 q, k, v (B, H, T, D) and a decay c (B, H, T) as FoX makes it: a running sum of log
+    gates, here of size up to `forget` per token (|c| reaches about forget·T/2)."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 3, length, D, generator=gen) for _ in "qkv")
+    decay = (-torch.rand(2, 3, length, generator=gen) * forget).cumsum(-1)
+    return q, k, v, decay
+
+
+def _decay_formula(q, k, v, decay):
+    c = decay.double()
+    return _reference(q.double(), k.double(), v.double(), bias=c[..., :, None] - c[..., None, :])
+
+
+def _sdpa_with_decay(q, k, v, decay, dropout_p=0.0):
+    kernel = build_kernel("sdpa")
+    pos = _Decay()
+    kernel.check(pos, dropout_p)
+    return kernel(q, k, v, pos, _Prepared(q.shape[-2]), None, 0, dropout_p, decay)
+
+
+@pytest.mark.parametrize("forget", [0.01, 1.0, 10.0])
+def test_a_decay_on_sdpa_equals_the_formula_with_its_gradients(forget):
+    """sdpa takes a decay alone (FoX) as an extra key dimension, −c_j: the same attention as
+    the bias c_i − c_j, forward and backward, to fp32 rounding of scores of size |c|."""
+    q, k, v, decay = (t.requires_grad_() for t in _decay_inputs(forget=forget))
+    out = _sdpa_with_decay(q, k, v, decay)
+    want = _decay_formula(q, k, v, decay)
+    # fp32 scores carry c_j whole: their rounding grows with |c| (the bias path's, with c_i − c_j)
+    atol = 1e-5 + 2e-7 * float(decay.abs().max())
+    torch.testing.assert_close(out.double(), want, atol=atol, rtol=0)
+    weights = torch.randn_like(out)
+    got = torch.autograd.grad((out * weights).sum(), (q, k, v, decay))
+    expected = torch.autograd.grad((want * weights.double()).sum(), (q, k, v, decay))
+    for g, e in zip(got, expected, strict=True):
+        scale = max(1.0, float(e.abs().max()))
+        torch.testing.assert_close(g.double(), e.double(), atol=atol * scale, rtol=0)
+
+
+def test_a_decay_on_sdpa_runs_the_fused_kernel_in_fp32_under_bf16_autocast():
+    """The (T, T) bias with a gradient sent sdpa to the math kernel, in bf16 with the bias
+    rounded to bf16 (|c_i − c_j|/512). Now the fused kernel runs in fp32: the result equals the
+    formula on the bf16-rounded q, k, v to fp32 rounding, which a bf16 bias could not."""
+    from torch.profiler import profile
+
+    q, k, v, decay = _decay_inputs(forget=1.0)
+    q16, k16, v16 = (t.bfloat16() for t in (q, k, v))
+    with profile() as prof, torch.autocast("cpu", dtype=torch.bfloat16):
+        out = _sdpa_with_decay(q16, k16, v16, decay)
+    ops = {event.key for event in prof.key_averages()}
+    assert "aten::_scaled_dot_product_attention_math" not in ops
+    assert out.dtype == torch.bfloat16  # what sdpa gives autocast's next matmul
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        exact = decay_attention(q16, k16, v16, decay)
+    assert exact.dtype == torch.float32
+    want = _decay_formula(q16, k16, v16, decay)
+    torch.testing.assert_close(exact.double(), want, atol=1e-5, rtol=0)
+    rounded_bias = (decay[..., :, None] - decay[..., None, :]).bfloat16().double()
+    coarse = _reference(q16.double(), k16.double(), v16.double(), bias=rounded_bias)
+    assert (coarse - want).abs().max() > 1e-3  # what the bf16 bias did: 100× the bound above
+
+
+def test_a_decay_with_dropout_or_a_window_keeps_the_bias():
+    """Dropout sends a CPU's sdpa to the math kernel, which would hold −c_j in the scores'
+    dtype, and a window needs a mask: both keep the (T, T) bias, whose result is unchanged."""
+    q, k, v, decay = _decay_inputs()
+    torch.manual_seed(0)
+    with_dropout = _sdpa_with_decay(q, k, v, decay, dropout_p=0.5)
+    assert with_dropout.shape == q.shape and torch.isfinite(with_dropout).all()
+    kernel = build_kernel("sdpa", window=5)
+    kernel.check(_Decay(), 0.0)
+    windowed = kernel(q, k, v, _Decay(), _Prepared(q.shape[-2]), None, 0, 0.0, decay)
+    c = decay.double()
+    bias = c[..., :, None] - c[..., None, :]
+    want = _reference(q.double(), k.double(), v.double(), bias=bias, window=5)
+    torch.testing.assert_close(windowed.double(), want, atol=1e-5, rtol=0)
 
 
 # -- a scheme per layer -------------------------------------------------------------------------

@@ -11,6 +11,8 @@ A kernel says which needs of a positional scheme it serves (positions/base.py: "
   the whole (H, T, T) matrix is below `full_bias_mib` (training lengths); otherwise queries go in
   blocks of `block_size`, each seeing only the keys up to its last query with its bias built for
   that block alone: memory O(block_size · T) per head, so 16× the training length fits on a CPU.
+  A data-dependent decay alone (FoX) needs no bias: it enters as one more key dimension and
+  the fused kernel runs in fp32 (`decay_attention`); with dropout or a window it is a bias.
 * ``blockwise`` (serves all three): the scores computed explicitly in fp32, in query blocks of
   `block_size`, bias added, scores changed by the scheme (CoPE), softmax: the reference kernel,
   and the only one for schemes that need the scores.
@@ -158,6 +160,34 @@ def causal_attention(
             )
         )
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+
+
+def decay_attention(q: Tensor, k: Tensor, v: Tensor, decay: Tensor) -> Tensor:
+    """Causal attention with a data-dependent decay c (B, H, T) (the score bias c_i − c_j) in
+    one fused SDPA call in fp32, with no (T, T) bias.
+
+    Softmax does not change when a query's scores all move by one constant, so c_i drops out
+    and the bias is −c_j, a term of each key alone. It rides along as one extra head
+    dimension: each key carries −c_j / scale and each query a 1, so the kernel's
+    scale · (q·k + 1·(−c_j / scale)) is the biased score, and the gradient of c comes out of the
+    kernel's key gradient. The call runs in fp32 whatever autocast says: c grows with the
+    length, and a bf16 key (or key gradient) would round it by |c|/512; in fp32 a score carries
+    |c_j|·2⁻²⁴ of rounding, below a bf16 score's own. On a CPU the fp32 flash kernel is also
+    faster than the math kernel a (T, T) bias with a gradient sends bf16 to.
+    """
+    head_dim = q.shape[-1]
+    scale = head_dim**-0.5
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        q, k, v = q.float(), k.float(), v.float()
+        width = head_dim + 1
+        if q.device.type == "cuda":  # the fused CUDA kernels want a head size divisible by 8
+            width += -width % 8
+        pad = width - head_dim - 1
+        queries = F.pad(torch.cat([q, q.new_ones(*q.shape[:-1], 1)], dim=-1), (0, pad))
+        keys = F.pad(torch.cat([k, (-decay.float() / scale)[..., None]], dim=-1), (0, pad))
+        values = F.pad(v, (0, width - head_dim))
+        out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale)
+    return out[..., :head_dim]
 
 
 def flex_available() -> bool:
@@ -404,6 +434,10 @@ class SDPA(AttentionKernel):
         return None
 
     def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
+        alone = decay is not None and pos.layer_needs(layer) != "bias"
+        if alone and dropout_p == 0 and self.window_of(layer) is None:
+            # a decay alone (FoX): the fused kernel with −c_j as a key dimension, no (T, T) bias
+            return decay_attention(q, k, v, decay).to(compute_dtype(q.dtype, q.device.type))
         bias = state if _shared(pos, self) else self._bias(pos, prepared, q.dtype, layer, decay)
         return causal_attention(q, k, v, prepared.fp32, dropout_p=dropout_p, bias=bias)
 

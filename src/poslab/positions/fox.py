@@ -11,9 +11,12 @@ so shifting positions changes nothing. The gate's bias starts at `bias_init` = 5
 little forgetting at first), as x-transformers' `DataDependentAlibi` does; its weights like the
 model's linear layers (normal, std 0.02).
 
-The kernel adds c_i − c_j to the scores (sdpa: in the bias matrix; flex: in `score_mod`;
-blockwise: to the explicit scores). c is computed in fp32 even under bf16 autocast; the bias
-is then rounded to the scores' dtype like every bias (attention.CausalBias).
+The kernel adds c_i − c_j to the scores (flex: in `score_mod`; blockwise: to the explicit
+scores). sdpa uses that softmax ignores a constant per query: the bias is −c_j, carried as one
+more key dimension through the fused kernel in fp32, with no (T, T) matrix
+(attention.decay_attention); with dropout or a window it builds the bias matrix, rounded to
+the scores' dtype like every bias (attention.CausalBias). c is computed in fp32 even under
+bf16 autocast.
 """
 
 from __future__ import annotations
