@@ -12,7 +12,8 @@ A kernel says which needs of a positional scheme it serves (positions/base.py: "
   blocks of `block_size`, each seeing only the keys up to its last query with its bias built for
   that block alone: memory O(block_size · T) per head, so 16× the training length fits on a CPU.
   A data-dependent decay alone (FoX) needs no bias: it enters as one more key dimension and
-  the fused kernel runs in fp32 (`decay_attention`); with dropout or a window it is a bias.
+  the fused kernel runs in fp32 (`decay_attention`); with dropout or a window, and on a GPU
+  under bf16 (not yet timed there), it is a bias.
 * ``blockwise`` (serves all three): the scores computed explicitly in fp32, in query blocks of
   `block_size`, bias added, scores changed by the scheme (CoPE), softmax: the reference kernel,
   and the only one for schemes that need the scores.
@@ -433,9 +434,19 @@ class SDPA(AttentionKernel):
             return self._bias(pos, prepared, dtype, 0)
         return None
 
+    def _decay_as_key(
+        self, q: Tensor, pos: Any, layer: int, dropout_p: float, decay: Tensor | None
+    ) -> bool:
+        """Whether `decay_attention` serves this call: a decay alone (no bias, no window), no
+        dropout, and a device where its fp32 kernel was measured faster than the bias (a CPU;
+        on a GPU, fp32 only, until a GPU times it against bf16 with the bias)."""
+        if decay is None or pos.layer_needs(layer) == "bias" or self.window_of(layer) is not None:
+            return False
+        fp32 = compute_dtype(q.dtype, q.device.type) == torch.float32
+        return dropout_p == 0 and (q.device.type == "cpu" or fp32)
+
     def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
-        alone = decay is not None and pos.layer_needs(layer) != "bias"
-        if alone and dropout_p == 0 and self.window_of(layer) is None:
+        if self._decay_as_key(q, pos, layer, dropout_p, decay):
             # a decay alone (FoX): the fused kernel with −c_j as a key dimension, no (T, T) bias
             return decay_attention(q, k, v, decay).to(compute_dtype(q.dtype, q.device.type))
         bias = state if _shared(pos, self) else self._bias(pos, prepared, q.dtype, layer, decay)
