@@ -15,8 +15,8 @@ The kernel adds c_i − c_j to the scores (flex: in `score_mod`; blockwise: to t
 scores). sdpa uses that softmax ignores a constant per query: the bias is −c_j, carried as one
 more key dimension through the fused kernel in fp32, with no (T, T) matrix
 (attention.decay_attention); with dropout or a window, and on a GPU under bf16, it builds
-the bias matrix, rounded to the scores' dtype like every bias (attention.CausalBias). c is computed in fp32 even under
-bf16 autocast.
+the bias matrix, rounded to the scores' dtype like every bias (attention.CausalBias). c is
+computed in fp32 even under bf16 autocast.
 """
 
 from __future__ import annotations
