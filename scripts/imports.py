@@ -67,7 +67,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.tiny_hf",  # the tiny HF models pretrained.py is checked on (tests, parity)
         ),
     ),
-    ("analysis and the commands", ("poslab.analysis", "poslab.apps", "poslab.export")),
+    (
+        "analysis and the commands",
+        ("poslab.analysis", "poslab.apps", "poslab.export", "poslab.study"),
+    ),
 ]
 
 

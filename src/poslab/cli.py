@@ -398,7 +398,7 @@ def _sweep_size(sweep: Path) -> int | None:
 # the command line
 
 
-def _hydra_error_line(err: BaseException) -> str:
+def hydra_error_line(err: BaseException) -> str:
     """Hydra's multi-line message as one line; keeps the list of choices of a missing option."""
     from hydra.errors import MissingConfigException
 
@@ -479,7 +479,7 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
     except (HydraException, OmegaConfBaseException) as err:
         if user_wants_traces:
             raise
-        print(f"error: {_hydra_error_line(err)}", file=sys.stderr, flush=True)
+        print(f"error: {hydra_error_line(err)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_INPUT)
     except OSError as err:  # Hydra could not make or write the run folder (after Hydra's
         # own errors: its MissingConfigException is an IOError)

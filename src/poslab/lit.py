@@ -84,6 +84,9 @@ class LanguageModel(L.LightningModule):
         self.learning_target: float | None = None
         self._matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}
         self._last_step_time: float | None = None
+        # every step's tokens/s of this process (validations left out): the run's median is
+        # its throughput in status.json (poslab.study reports MFU from it)
+        self.step_rates: list[float] = []
         # the first step whose loss was not finite (-1: none). On a GPU it is recorded on the
         # device and read only every log_every_n_steps and before a checkpoint is written, so
         # the check costs no host sync per step.
@@ -107,7 +110,9 @@ class LanguageModel(L.LightningModule):
         now = time.perf_counter()
         if self._last_step_time is not None:
             tokens = batch[0].numel() * self.trainer.world_size
-            self.log("train/tokens_per_s", tokens / (now - self._last_step_time), prog_bar=True)
+            rate = tokens / (now - self._last_step_time)
+            self.step_rates.append(rate)
+            self.log("train/tokens_per_s", rate, prog_bar=True)
         self._last_step_time = now
         for name, value in self.model.pos.metrics().items():
             self.log(f"pos/{name}", value)

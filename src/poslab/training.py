@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import logging
 import math
+import statistics
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -477,6 +478,8 @@ def _fit(
     scalars = run.trainer.callback_metrics.items()
     metrics.update({k: float(v) for k, v in scalars if v.numel() == 1})
     metrics["best_val_loss"] = float(run.best.best_model_score or float("nan"))
+    if run.module.step_rates:  # the steps of this process (a resumed run: since the resume)
+        metrics["train/tokens_per_s_median"] = statistics.median(run.module.step_rates)
     log.info("best checkpoint: %s", run.best.best_model_path)
     if "val/loss_initial" in metrics:
         log.info(

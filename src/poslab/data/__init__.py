@@ -9,9 +9,18 @@ order (sampling.py).
 Code in poslab imports from those modules. This one re-exports only the data module that Hydra
 configs (conf/data/*.yaml) and the configs saved in checkpoints name by its `_target_`,
 `poslab.data.LMDataModule`: checkpoints written before the package was split must keep
-resolving.
+resolving. It is imported when first asked for (PEP 562): the checks that need only the
+tokenizer's options (tokens.py) must not wait seconds for Lightning.
 """
 
-from poslab.data.text import LMDataModule
+from typing import Any
 
 __all__ = ["LMDataModule"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LMDataModule":
+        from poslab.data.text import LMDataModule
+
+        return LMDataModule
+    raise AttributeError(f"module 'poslab.data' has no attribute {name!r}")

@@ -1,0 +1,460 @@
+"""Run every job of a study: `python scripts/study.py RECIPE [key=value ...] [options]`.
+
+Each job is `python train.py experiment=<recipe's> <job overrides> <your overrides>` in its own
+folder, <out>/runs/<job>/, with `resume=auto`: a job that finished is skipped, one that was cut
+off (a time limit, a kill, a lost node) continues from its last checkpoint, so running the same
+command again resumes the study. Jobs run several at a time on one GPU where their memory fits,
+on every free GPU of the machine (`--device`, `--gpus`), one at a time on a CPU
+(`--jobs-per-device`), or as SLURM jobs through Hydra's submitit launcher (`--launcher
+submitit_slurm`, with `hydra.launcher.*=` overrides). The plan (jobs, devices, minutes) is printed
+before any work; `--dry-run` stops there. Each finished job is recorded at once in
+<out>/study.json; at the end (also after `--time-limit`, SIGTERM or Ctrl-C) <out>/comparison/
+holds compare.py's merged table (mean ± sd, paired 95% intervals against the recipe's baseline,
+the paper's shape checks, figures) and <out>/study.md the per-job throughput and MFU and every
+job without a result. Bad input (an unknown recipe or option, a budget the plan cannot meet, no
+free device) is one `error:` line before any work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from poslab.arguments import OneLineParser, check_writable
+from poslab.errors import ConfigError, exit_on_config_error
+from poslab.study.plan import Plan, PlannedJob, check_budget, make_plan, plan_text
+from poslab.study.recipe import Study, compose_jobs, load_study
+
+LAUNCHERS = ("local", "submitit_local", "submitit_slurm")
+STATE_FILE = "study.json"
+POLL_S = 0.2
+
+
+@dataclass
+class Running:
+    planned: PlannedJob
+    process: subprocess.Popen
+    device: Any
+    started: float
+    log: Any
+
+
+def run_folder(out: Path, name: str) -> Path:
+    return out / "runs" / name
+
+
+def job_status(out: Path, name: str) -> dict[str, Any]:
+    try:
+        return json.loads((run_folder(out, name) / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of the run's last checkpoint (its pickle only: the tensors stay on disk), or
+    None without one. A killed run's status.json still says `running`, with no step."""
+    path = folder / "checkpoints" / "last.ckpt"
+    if not path.is_file():
+        return None
+    import torch
+
+    try:
+        return int(
+            torch.load(path, map_location="cpu", mmap=True, weights_only=False)["global_step"]
+        )
+    except Exception:  # a checkpoint cut off mid-write: the run starts anew  # noqa: BLE001
+        return None
+
+
+def progress_of(out: Path, study: Study) -> dict[str, float]:
+    """Each job's done fraction: 1 for a completed run, its last checkpoint's share of the steps
+    for a cut-off one, 0 for none."""
+    progress = {}
+    for job in study.jobs:
+        status = job_status(out, job.name)
+        if status.get("status") == "completed":
+            progress[job.name] = 1.0
+        elif step := checkpoint_step(run_folder(out, job.name)):
+            progress[job.name] = min(0.99, step / job.config["trainer"]["max_steps"])
+    return progress
+
+
+def job_command(
+    study: Study, job_overrides: list[str], overrides: list[str], folder: Path, launcher: str
+) -> list[str]:
+    base = [sys.executable, "-m", "poslab.apps.train"]
+    common = [f"experiment={study.experiment}", *job_overrides, *overrides, "resume=auto"]
+    if launcher == "local":
+        return [*base, *common, f"hydra.run.dir={folder}", "trainer.enable_progress_bar=false"]
+    # one Hydra multirun of one job, handed to the cluster; its folder is the same as locally
+    return [
+        *base,
+        "-m",
+        *common,
+        f"hydra/launcher={launcher}",
+        f"hydra.sweep.dir={folder.parent}",
+        f"hydra.sweep.subdir={folder.name}",
+        "~hydra.callbacks.compare",  # the study compares once, at its end
+        "trainer.enable_progress_bar=false",
+    ]
+
+
+class StudyState:
+    """<out>/study.json: the command, the devices, and each job's state, written at every change
+    (atomically), so that a study cut off anywhere says what finished."""
+
+    def __init__(self, out: Path, study: Study, overrides: list[str], launcher: str) -> None:
+        self.path = out / STATE_FILE
+        self.data: dict[str, Any] = {
+            "recipe": study.name,
+            "source": str(study.source),
+            "experiment": study.experiment,
+            "overrides": overrides,
+            "launcher": launcher,
+            "jobs": {j.name: {"overrides": j.overrides, "state": "pending"} for j in study.jobs},
+        }
+        if self.path.is_file():
+            old = json.loads(self.path.read_text())
+            for name, entry in old.get("jobs", {}).items():
+                if name in self.data["jobs"]:
+                    self.data["jobs"][name].update(
+                        {k: v for k, v in entry.items() if k in ("wall_s", "invocations")}
+                    )
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.data["jobs"][name]
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(self.data, indent=1))
+        os.replace(temporary, self.path)
+
+
+def check_same_study(out: Path, study: Study, overrides: list[str]) -> None:
+    """A folder that holds a study resumes only the same recipe with the same overrides."""
+    path = out / STATE_FILE
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except ValueError:
+        raise ConfigError(f"{path} cannot be read; remove it or pass another --out") from None
+    if old.get("recipe") != study.name or old.get("overrides") != overrides:
+        was = " ".join([old.get("recipe", "?"), *old.get("overrides", [])])
+        raise ConfigError(
+            f"{out} holds the study `{was}`; run that to resume it, or pass another --out for "
+            "a new one"
+        )
+
+
+class Driver:
+    def __init__(
+        self,
+        plan: Plan,
+        out: Path,
+        overrides: list[str],
+        launcher: str,
+        deadline: float | None,
+        resume_line: str,
+    ) -> None:
+        self.plan, self.out, self.overrides, self.launcher = plan, out, overrides, launcher
+        self.deadline, self.resume_line = deadline, resume_line
+        self.state = StudyState(out, plan.study, overrides, launcher)
+        self.running: list[Running] = []
+        self.stop_reason: str | None = None
+        self.started = time.monotonic()
+
+    # -- signals: stop launching, let running jobs save a checkpoint, then report ------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stop_reason = signal.Signals(signum).name
+
+    def run(self) -> int:
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self._run()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        return self.report()
+
+    def _slots(self) -> list[Any]:
+        if self.launcher != "local":
+            return [None] * len(self.plan.order)
+        return [d for d in self.plan.devices for _ in range(self.plan.slots)]
+
+    def _run(self) -> None:
+        queue = list(self.plan.order)
+        for planned in self.plan.jobs:
+            if planned.finished:
+                self.state.job(planned.job.name)["state"] = "completed"
+        self.state.write()
+        free = self._slots()
+        total = len(queue)
+        done = 0
+        while queue or self.running:
+            if (
+                self.deadline is not None
+                and time.monotonic() >= self.deadline
+                and not self.stop_reason
+            ):
+                self.stop_reason = "the time limit"
+            if self.stop_reason:
+                queue = []
+                self._stop_running()
+            while queue and free:
+                self._start(queue.pop(0), free.pop(0))
+            for entry in list(self.running):
+                code = entry.process.poll()
+                if code is None:
+                    continue
+                self.running.remove(entry)
+                free.append(entry.device)
+                done += 1
+                self._finished(entry, code, done, total)
+            time.sleep(POLL_S)
+
+    def _start(self, planned: PlannedJob, device: Any) -> None:
+        name = planned.job.name
+        folder = run_folder(self.out, name)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        (self.out / "logs").mkdir(exist_ok=True)
+        log = open(self.out / "logs" / f"{name}.log", "a")  # noqa: SIM115 (closed when it ends)
+        command = job_command(
+            self.plan.study, planned.job.overrides, self.overrides, folder, self.launcher
+        )
+        env = dict(os.environ)
+        if self.launcher == "local":
+            slots = len(self._slots())
+            cores = max(1, self.plan.devices[0].cores // slots)
+            env["OMP_NUM_THREADS"] = str(cores)
+            env["CUDA_VISIBLE_DEVICES"] = "" if device.kind == "cpu" else str(device.index)
+        log.write(f"\n$ {shlex.join(command)}\n")
+        log.flush()
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        entry = self.state.job(name)
+        entry.update(
+            state="running",
+            pid=process.pid,
+            run=str(folder),
+            device=getattr(device, "label", self.launcher),
+        )
+        entry["invocations"] = entry.get("invocations", 0) + 1
+        self.state.write()
+        self.running.append(Running(planned, process, device, time.monotonic(), log))
+        where = f" on {device.label}" if device is not None else ""
+        resumed = " (resumed)" if planned.done_fraction > 0 else ""
+        print(f"started {name}{resumed}{where}", flush=True)
+
+    def _finished(self, entry: Running, code: int, done: int, total: int) -> None:
+        entry.log.close()
+        name = entry.planned.job.name
+        status = job_status(self.out, name)
+        state = self.state.job(name)
+        wall = time.monotonic() - entry.started
+        state["wall_s"] = state.get("wall_s", 0.0) + wall
+        state["returncode"] = code
+        state.pop("pid", None)
+        if status.get("status") == "completed":
+            state["state"] = "completed"
+            loss = status.get("best_val_loss")
+            said = f", best val loss {loss:.4f}" if isinstance(loss, float) else ""
+            line = f"[{done}/{total}] {name} completed in {wall / 60:.1f} min{said}"
+        else:
+            given = status.get("status")
+            state["state"] = (
+                given
+                if given in ("interrupted", "failed")
+                else ("killed" if code < 0 else "failed")
+            )
+            why = status.get("error") or (
+                f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            )
+            state["why"] = why
+            line = f"[{done}/{total}] {name} has no result ({why}); log: {self.out}/logs/{name}.log"
+        self.state.write()
+        print(line, flush=True)
+
+    def _stop_running(self) -> None:
+        """SIGTERM to every running job (each saves last.ckpt and exits), then wait."""
+        if not self.running:
+            return
+        print(
+            f"stopping {len(self.running)} running job(s) ({self.stop_reason}): each saves "
+            "a checkpoint",
+            flush=True,
+        )
+        for entry in self.running:
+            if entry.process.poll() is None:
+                os.killpg(entry.process.pid, signal.SIGTERM)
+        limit = time.monotonic() + 120
+        while any(e.process.poll() is None for e in self.running) and time.monotonic() < limit:
+            time.sleep(POLL_S)
+        for entry in self.running:
+            if entry.process.poll() is None:
+                os.killpg(entry.process.pid, signal.SIGKILL)
+                entry.process.wait()
+
+    # -- the end: the merged table, throughput, what is missing ------------------------------
+    def report(self) -> int:
+        from poslab.study.report import write_report
+
+        minutes = (time.monotonic() - self.started) / 60
+        missing = write_report(self.plan, self.out, self.state.data, minutes, self.resume_line)
+        if self.stop_reason:
+            print(
+                f"study stopped by {self.stop_reason}; resume it with: {self.resume_line}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return (
+                130 if self.stop_reason == "SIGINT" else 143 if self.stop_reason == "SIGTERM" else 0
+            )
+        return 1 if missing else 0
+
+
+def default_out(study: Study) -> Path:
+    return Path("outputs") / "studies" / study.name
+
+
+def parse(argv: list[str] | None) -> Any:
+    parser = OneLineParser(prog="scripts/study.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("recipe", help="a study of conf/study/ (paper_gpu, ...) or a .yaml file")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="overrides for every job (data.path=DIR, trainer.max_steps=N, ...)",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="the study's folder (default outputs/studies/<recipe>); the same "
+        "command again resumes it",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="auto: every free GPU, else the CPU",
+    )
+    parser.add_argument(
+        "--gpus", default=None, help="GPU indices to use, e.g. 0,1 (even if others use them)"
+    )
+    parser.add_argument(
+        "--jobs-per-device",
+        type=int,
+        default=None,
+        help="jobs at a time on one device (default: as many as memory holds on "
+        "a GPU, at most 4; 1 on a CPU)",
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="local: this machine; submitit_slurm: one SLURM job per study job "
+        "(pip install -e '.[cluster]'; set hydra.launcher.partition=... etc.)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="refuse a plan estimated above MIN minutes, before any work",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="after MIN minutes stop the running jobs (each saves a checkpoint) "
+        "and write what finished; the same command resumes",
+    )
+    args = parser.parse_intermixed_args(argv)  # overrides before or after the options
+    for item in args.overrides:
+        if "=" not in item or item.startswith("-"):
+            parser.error(f"{item!r} is not an override; write key=value (options start with --)")
+    if args.jobs_per_device is not None and args.jobs_per_device < 1:
+        parser.error(f"--jobs-per-device {args.jobs_per_device}: must be ≥ 1")
+    for name in ("budget", "time_limit"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            parser.error(f"--{name.replace('_', '-')} {value:g}: must be > 0 minutes")
+    if args.gpus is not None:
+        try:
+            args.gpus = [int(i) for i in args.gpus.split(",")]
+        except ValueError:
+            parser.error(f"--gpus {args.gpus!r}: write GPU indices, e.g. 0,1")
+    if args.launcher != "local" and (args.gpus or args.device != "auto"):
+        parser.error(f"--launcher {args.launcher} places jobs itself; drop --device/--gpus")
+    return args
+
+
+def resume_line(argv: list[str], out: Path) -> str:
+    args = [a for a in argv if a != "--dry-run"]
+    if not any(a == "--out" or a.startswith("--out=") for a in args):
+        args += ["--out", str(out)]
+    return shlex.join(["python", "scripts/study.py", *args])
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    study = load_study(args.recipe)
+    out = Path(args.out) if args.out else default_out(study)
+    check_writable(out, "--out")
+    check_same_study(out, study, args.overrides)
+    if args.launcher != "local":
+        _check_launcher_installed(args.launcher)
+    compose_jobs(study, args.overrides, None if args.launcher == "local" else args.launcher)
+    from poslab.study.devices import choose_devices, matmul_rate
+
+    if args.launcher == "local":
+        devices = choose_devices(args.device, args.gpus)
+    else:
+        from poslab.study.devices import the_cpu
+
+        devices = [the_cpu()]
+    precision = _precision(study, devices[0])
+    rate = matmul_rate(devices[0], precision)
+    progress = progress_of(out, study)
+    plan = make_plan(study, devices, rate, precision, args.jobs_per_device, progress)
+    print(plan_text(plan, out, args.launcher), flush=True)
+    check_budget(plan, args.budget)
+    if args.dry_run:
+        return 0
+    deadline = time.monotonic() + args.time_limit * 60 if args.time_limit else None
+    driver = Driver(plan, out, args.overrides, args.launcher, deadline, resume_line(argv, out))
+    return driver.run()
+
+
+def _precision(study: Study, device: Any) -> str:
+    setting = str(study.jobs[0].config["trainer"].get("precision", "auto"))
+    if setting != "auto":
+        return setting
+    if device.kind == "cuda":
+        return "bf16-mixed"
+    from poslab.precision import cpu_auto_precision
+
+    return cpu_auto_precision()[0]
+
+
+def _check_launcher_installed(launcher: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        raise ConfigError(
+            f"--launcher {launcher} needs Hydra's submitit launcher; pip install -e '.[cluster]'"
+        )

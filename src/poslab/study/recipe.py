@@ -1,0 +1,212 @@
+"""A study recipe (conf/study/NAME.yaml, or any .yaml path) and its jobs, each composed and
+checked as `python train.py experiment=<experiment> <job overrides> <user overrides>` would be,
+before any work: a typo in one job is one line naming that job."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from poslab.checks import boolean, check_schema, number
+from poslab.errors import ConfigError
+
+STUDIES = Path(__file__).resolve().parents[1] / "conf" / "study"
+TOP_KEYS = {"experiment", "grid", "jobs", "baseline", "reference", "plan"}
+PLAN_DEFAULTS: dict[str, Any] = {
+    "mfu": 0.2,
+    "cpu_mfu": 0.5,
+    "vocab_size": 32768,
+    "eval_tokens": 65536,
+    "startup_s": 20.0,
+    "corpus_tokens": None,
+}
+PLAN_SCHEMA = {
+    "plan.mfu": number(gt=0, le=1),
+    "plan.cpu_mfu": number(gt=0, le=1),
+    "plan.vocab_size": number(ge=2),
+    "plan.eval_tokens": number(ge=1),
+    "plan.startup_s": number(ge=0),
+    "plan.corpus_tokens": number(ge=1, null=True),
+    "reference.matmul_flops": number(gt=0, null=True),
+    "reference.minutes": number(gt=0, null=True),
+    "reference.devices": number(ge=1, null=True),
+    "reference.compile": boolean(null=True),
+}
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
+
+
+@dataclass
+class Job:
+    """One training run of a study: its name (its folder under <study>/runs/) and the overrides
+    after `experiment=`; `config` is the resolved config once composed."""
+
+    name: str
+    overrides: list[str]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Study:
+    name: str
+    source: Path
+    experiment: str
+    jobs: list[Job]
+    baseline: str | None
+    reference: dict[str, Any]
+    plan: dict[str, Any]
+
+
+def study_names() -> list[str]:
+    return sorted(p.stem for p in STUDIES.glob("*.yaml"))
+
+
+def load_study(recipe: str) -> Study:
+    """The study named `recipe` (conf/study/) or in the .yaml file `recipe`, its jobs listed
+    (not yet composed)."""
+    path = Path(recipe).expanduser()
+    if recipe.endswith((".yaml", ".yml")):
+        if not path.is_file():
+            raise ConfigError(f"no study file {recipe}; pass a .yaml that exists or a recipe name")
+    else:
+        path = STUDIES / f"{recipe}.yaml"
+        if not path.is_file():
+            raise ConfigError(
+                f"no study recipe {recipe!r}; choose one of: {', '.join(study_names())} "
+                "(or pass a study .yaml file)"
+            )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must be a mapping with the keys {', '.join(sorted(TOP_KEYS))}")
+    unknown = sorted(set(raw) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: {unknown[0]!r} is not a study key; use {', '.join(sorted(TOP_KEYS))}"
+        )
+    experiment = raw.get("experiment")
+    if not isinstance(experiment, str) or not experiment:
+        raise ConfigError(f"{path}: `experiment:` must name a conf/experiment/ recipe")
+    jobs = grid_jobs(raw.get("grid") or {}, path) + listed_jobs(raw.get("jobs") or {}, path)
+    if not jobs:
+        raise ConfigError(f"{path} lists no job; give a `grid:` or `jobs:`")
+    names = [j.name for j in jobs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"{path}: two jobs are named {twice[0]!r}; job names must differ")
+    reference = raw.get("reference") or {}
+    plan = {**PLAN_DEFAULTS, **(raw.get("plan") or {})}
+    check_schema({"plan": plan, "reference": reference}, PLAN_SCHEMA)
+    return Study(
+        name=path.stem,
+        source=path,
+        experiment=experiment,
+        jobs=jobs,
+        baseline=raw.get("baseline"),
+        reference=reference,
+        plan=plan,
+    )
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if value is not None else "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def grid_jobs(grid: Any, path: Path) -> list[Job]:
+    """Every combination of the grid's values, named by its values (`seed` as s<seed>)."""
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise ConfigError(f"{path}: `grid:` maps options to non-empty lists, e.g. pos: [rope]")
+    keys = list(grid)
+    if not keys:
+        return []
+    jobs = []
+    for values in itertools.product(*(grid[k] for k in keys)):
+        parts = [
+            f"s{v}" if k == "seed" else _value_text(v) if k == "pos" else f"{k}{_value_text(v)}"
+            for k, v in zip(keys, values, strict=True)
+        ]
+        overrides = [f"{k}={_value_text(v)}" for k, v in zip(keys, values, strict=True)]
+        jobs.append(Job(_checked_name("-".join(parts), path), overrides))
+    return jobs
+
+
+def listed_jobs(jobs: Any, path: Path) -> list[Job]:
+    if not isinstance(jobs, dict) or not all(
+        isinstance(v, list) and all(isinstance(o, str) for o in v) for v in jobs.values()
+    ):
+        raise ConfigError(f"{path}: `jobs:` maps job names to lists of overrides (key=value)")
+    return [
+        Job(_checked_name(str(name), path), list(overrides)) for name, overrides in jobs.items()
+    ]
+
+
+def _checked_name(name: str, path: Path) -> str:
+    if not SAFE_NAME.match(name):
+        raise ConfigError(
+            f"{path}: job name {name!r} must be letters, digits and . _ - = + (a folder name)"
+        )
+    return name
+
+
+def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None) -> None:
+    """Compose and check every job's config (as train.py would) into `job.config`; the first
+    problem is one line naming the job. `launcher` (a hydra/launcher option) is composed too,
+    so that its `hydra.launcher.*` overrides are checked."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from poslab.cli import hydra_error_line
+    from poslab.validate import check_run_config
+
+    extra = [f"hydra/launcher={launcher}"] if launcher else []
+    # jobs that differ only in their seed share one composition and one check (Hydra's compose
+    # takes ~0.2 s, the check builds the model): the dry run of a study stays within seconds
+    composed: dict[tuple[str, ...], Any] = {}
+    GlobalHydra.instance().clear()
+    with initialize_config_module("poslab.conf", version_base="1.3"):
+        for job in study.jobs:
+            seeds = [o.split("=", 1)[1] for o in job.overrides if o.startswith("seed=")]
+            key = tuple(o for o in job.overrides if not o.startswith("seed="))
+            try:
+                if key in composed and len(seeds) == 1 and re.fullmatch(r"-?\d+", seeds[0]):
+                    cfg = composed[key].copy()
+                    cfg.seed = int(seeds[0])
+                else:
+                    cfg = compose(
+                        "train",
+                        overrides=[
+                            f"experiment={study.experiment}",
+                            *job.overrides,
+                            *overrides,
+                            *extra,
+                        ],
+                        return_hydra_config=True,
+                    )
+                    with open_dict(cfg):
+                        cfg.hydra.runtime.output_dir = "."
+                        cfg.hydra.job.num = 0
+                    HydraConfig.instance().set_config(cfg)
+                    check_run_config(cfg)
+                    composed[key] = cfg
+                config = OmegaConf.to_container(cfg, resolve=True)
+            except ConfigError as err:
+                raise ConfigError(f"job {job.name}: {err}") from None
+            except (HydraException, OmegaConfBaseException) as err:
+                raise ConfigError(f"job {job.name}: {hydra_error_line(err)}") from None
+            config.pop("hydra", None)
+            job.config = config
+    GlobalHydra.instance().clear()

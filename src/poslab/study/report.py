@@ -1,0 +1,110 @@
+"""A study's end: compare.py's merged table of the finished jobs (<out>/comparison/), and
+<out>/study.md with each job's state, wall time, throughput and MFU (from the run's own
+status.json), and every job without a result with the command that resumes it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from poslab.errors import ConfigError
+from poslab.study.plan import Plan
+
+RESULT = Path("extrapolation") / "extrapolation.json"
+
+
+def _status(run: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def missing_section(missing: list[tuple[str, str]], total: int, resume: str) -> str:
+    lines = [f"\n\n### jobs without a result ({len(missing)} of {total})\n"]
+    lines += [f"- {name}: {why}" for name, why in missing]
+    lines.append(f"\nResume them (finished jobs are skipped): `{resume}`")
+    return "\n".join(lines)
+
+
+def write_report(
+    plan: Plan, out: Path, state: dict[str, Any], minutes: float, resume: str
+) -> list[str]:
+    """Write the comparison and study.md; returns the names of the jobs without a result."""
+    study = plan.study
+    finished, missing, rows = [], [], []
+    for planned in plan.jobs:
+        name = planned.job.name
+        run = out / "runs" / name
+        status = _status(run)
+        entry = state["jobs"].get(name, {})
+        if status.get("status") == "completed" and (run / RESULT).is_file():
+            finished.append(run)
+        else:
+            from poslab.study.driver import checkpoint_step
+
+            step = checkpoint_step(run)
+            why = entry.get("why") or ("not started" if not status else status.get("status"))
+            where = f", last checkpoint at step {step}" if step else ", no checkpoint"
+            missing.append((name, f"{why}{where}"))
+        rate = status.get("train_tokens_per_s_median")
+        mfu = (
+            rate * planned.cost.train_flops_per_token / plan.rate
+            if rate and state.get("launcher") == "local"
+            else None
+        )
+        loss = status.get("best_val_loss")
+        rows.append(
+            f"| {name} | {entry.get('state', 'pending')} | {status.get('step', '—')} | "
+            f"{entry.get('wall_s', 0) / 60:.1f} | {f'{rate:,.0f}' if rate else '—'} | "
+            f"{f'{mfu:.1%}' if mfu is not None else '—'} | "
+            f"{f'{loss:.4f}' if isinstance(loss, float) else '—'} |"
+        )
+    text = ""
+    comparison = out / "comparison"
+    if finished:
+        text = _compare(finished, comparison, study.name, study.baseline)
+        if missing:
+            section = missing_section(missing, len(plan.jobs), resume)
+            with open(comparison / "comparison.md", "a") as f:
+                f.write(section + "\n")
+    devices = ", ".join(d.label for d in plan.devices)
+    page = [
+        f"# study {study.name}\n",
+        f"- command: `{resume}`",
+        f"- written: {time.strftime('%Y-%m-%d %H:%M:%S')}; this invocation ran {minutes:.1f} min",
+        f"- devices: {devices} ({state.get('launcher')}); {plan.slots} job(s) at a time per "
+        f"device; matmul {plan.rate / 1e12:.3g} TFLOP/s measured in {plan.precision}",
+        "- tok/s: the median of the run's steps (validation left out); MFU: tok/s × the "
+        "training FLOPs per token (poslab.study.cost) ÷ the measured matmul rate",
+        "",
+        "| job | status | step | wall min | tok/s | MFU | best val loss |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
+    if missing:
+        page.append(missing_section(missing, len(plan.jobs), resume))
+    if finished:
+        page.append("\nThe merged table: [comparison/comparison.md](comparison/comparison.md)")
+    (out / "study.md").write_text("\n".join(page) + "\n")
+    if missing:
+        print(missing_section(missing, len(plan.jobs), resume).strip(), flush=True)
+    print(f"wrote {out}/study.md" + (f" and {comparison}/" if text else ""), flush=True)
+    return [name for name, _ in missing]
+
+
+def _compare(runs: list[Path], out: Path, name: str, baseline: str | None) -> str:
+    """compare.py's table; without the baseline where its row has not finished (said)."""
+    from poslab.evaluation.compare import compare
+
+    title = f"{name}: perplexity vs evaluation length"
+    try:
+        compare(runs, out, title=title, baseline=baseline)
+    except ConfigError as err:
+        if baseline is None or "--baseline" not in str(err):
+            raise
+        print(f"the baseline row {baseline!r} has not finished: no paired differences yet")
+        compare(runs, out, title=title)
+    return (out / "comparison.md").read_text()

@@ -1,0 +1,247 @@
+"""The study driver (poslab.study): the plan, its arithmetic, bad input as one line before any
+work, and a real study of two tiny jobs run at once, one killed midway, merged, then resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO
+
+from poslab.study.cost import job_cost
+from poslab.study.driver import main
+from poslab.study.plan import PlannedJob, schedule_minutes
+from poslab.study.recipe import load_study
+
+TINY_JOB = [
+    "model=tiny",
+    "data.seq_len=16",
+    "data.batch_size=16",
+    "trainer.val_check_interval=100",
+    "trainer.limit_val_batches=2",
+    "trainer.precision=32-true",
+    "checkpoint.every_n_steps=20",
+    "optim.warmup_steps=5",
+    "logger=csv",
+    "eval.factors=[1,2]",
+    "eval.max_tokens=1000",
+]
+
+
+def tiny_study(folder: Path) -> Path:
+    """Two jobs of the quickstart recipe; alibi trains long enough to be killed midway."""
+    path = folder / "two.yaml"
+    path.write_text(
+        "experiment: quickstart\n"
+        "jobs:\n"
+        "  rope-s1234: [pos=rope, trainer.max_steps=100]\n"
+        "  alibi-s1234: [pos=alibi, trainer.max_steps=400]\n"
+        "baseline: rope\n"
+        "plan: {vocab_size: 100, eval_tokens: 2000, startup_s: 5}\n"
+    )
+    return path
+
+
+def study_cmd(recipe: Path, corpus: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        str(REPO / "scripts" / "study.py"),
+        str(recipe),
+        f"data.path={corpus}",
+        *TINY_JOB,
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--jobs-per-device",
+        "2",
+        *extra,
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+
+
+def test_the_paper_gpu_dry_run_plans_twelve_runs_and_the_upper_bound(corpus, tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "study paper_gpu: 13 jobs of experiment=paper_gpu (0 finished" in text
+    for scheme in ("sinusoidal", "rope", "t5", "alibi"):
+        for seed in (1234, 1, 2):
+            assert f"| {scheme}-s{seed} | 512 |" in text
+    assert "| sinusoidal-L8192-s1234 | 8192 |" in text
+    assert "estimate: " in text and "on the recipe's reference device, one NVIDIA H100" in text
+    assert not out.exists()  # a dry run writes nothing
+
+
+def test_every_paper_gpu_job_is_the_papers_setup():
+    from poslab.study.recipe import compose_jobs
+
+    study = load_study("paper_gpu")
+    compose_jobs(study, [])
+    grid = [j for j in study.jobs if "L8192" not in j.name]
+    assert len(grid) == 12 and study.baseline == "rope"
+    for job in grid:
+        config = job.config
+        assert config["data"]["seq_len"] == 512 and config["model"]["scale_embeddings"] is True
+        assert config["eval"]["modes"] == ["nonoverlapping", "sliding"]
+        assert [int(f * 512) for f in config["eval"]["factors"]] == [512, 1024, 2048, 4096, 8192]
+        if config["pos_name"] == "t5":
+            assert config["pos"]["max_distance"] == "auto"
+    (upper,) = [j for j in study.jobs if "L8192" in j.name]
+    tokens = [job_cost(j.config, study.plan).train_tokens for j in (grid[0], upper)]
+    assert tokens[0] == tokens[1]  # the upper bound sees as many tokens, 8,192 at a time
+
+
+def test_the_flop_count_is_the_usual_one():
+    """6 FLOPs per matmul parameter and token, plus causal attention 6·T·d per layer."""
+    config = {
+        "model": {"n_layer": 2, "n_head": 2, "d_model": 8, "d_ff": 32},
+        "data": {"seq_len": 4, "batch_size": 3, "vocab_size": 10},
+        "trainer": {"max_steps": 5, "val_check_interval": 5, "limit_val_batches": 1},
+        "eval": {"factors": [1], "modes": ["nonoverlapping"], "max_tokens": 12},
+    }
+    plan = {"vocab_size": 10, "eval_tokens": 100}
+    cost = job_cost(config, plan)
+    matmul = 2 * (4 * 8 * 8 + 2 * 8 * 32) + 8 * 10
+    assert cost.matmul_params == matmul
+    assert cost.train_flops_per_token == 6 * matmul + 6 * 2 * 4 * 8
+    assert cost.train_tokens == 5 * 3 * 4
+    forward = 2 * matmul + 2 * 2 * 4 * 8
+    assert cost.val_flops == 2 * (1 * 3 * 4) * forward  # at step 0 and step 5, one batch each
+    assert cost.eval_flops == 12 * forward
+
+
+def _planned(flops: float) -> PlannedJob:
+    from poslab.study.cost import Cost
+
+    cost = Cost(1, 1, 1, 1.0, flops, 0.0, 0.0, 0.0)
+    return PlannedJob(job=None, cost=cost)  # type: ignore[arg-type]
+
+
+def test_jobs_sharing_a_device_share_its_rate():
+    # one job: its FLOPs at the full rate, after its start-up
+    assert schedule_minutes([_planned(600.0)], 1, 4, 10.0, 0.0)[0] == pytest.approx(1.0)
+    # four equal jobs packed on one device: the device's total work at its rate
+    four = [_planned(600.0) for _ in range(4)]
+    assert schedule_minutes(four, 1, 4, 10.0, 6.0)[0] == pytest.approx((6 + 240) / 60)
+    # one at a time: start-up paid four times
+    assert schedule_minutes(four, 1, 1, 10.0, 6.0)[0] == pytest.approx(4 * 66 / 60)
+    # two devices halve it
+    assert schedule_minutes(four, 2, 2, 10.0, 0.0)[0] == pytest.approx(2.0)
+    # a finished job costs nothing
+    done = _planned(600.0)
+    done.finished = True
+    assert schedule_minutes([done], 1, 1, 10.0, 6.0)[0] == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: one line, exit code 2, nothing written
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["nosuch"], "no study recipe 'nosuch'; choose one of: paper_gpu"),
+        (["paper_gpu", "--budget", "0.01"], "more than --budget 0.01; raise --budget"),
+        (["paper_gpu", "--gpus", "7"], "--gpus 7: no such GPU on this machine"),
+        (["paper_gpu", "pos=nosuch"], "job sinusoidal-s1234: pos=nosuch is not an option"),
+        (["paper_gpu", "model.d_model=-1"], "job sinusoidal-s1234: "),
+        (["paper_gpu", "trainer.max_steps"], "'trainer.max_steps' is not an override"),
+        (["paper_gpu", "--time-limit", "0"], "--time-limit 0: must be > 0 minutes"),
+        (["paper_gpu", "--jobs-per-device", "0"], "--jobs-per-device 0: must be ≥ 1"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_work(args, expected, corpus, tmp_path, capsys):
+    if "--gpus" in args and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a GPU 7")
+    out = tmp_path / "study"
+    with pytest.raises(SystemExit) as stop:
+        main([*args, f"data.path={corpus}", "--out", str(out)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_no_free_device_is_one_line(corpus, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["paper_gpu", f"data.path={corpus}", "--device", "cuda", "--out", str(tmp_path / "s")])
+    assert "--device cuda but this machine has no CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_study_folder_resumes_only_its_own_command(corpus, tmp_path, capsys):
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "study.json").write_text(json.dumps({"recipe": "paper_gpu", "overrides": ["seed=5"]}))
+    with pytest.raises(SystemExit):
+        main(["paper_gpu", f"data.path={corpus}", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert f"{out} holds the study `paper_gpu seed=5`; run that to resume it" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# a real study: two jobs at once, one killed midway, the merged table, the resume
+
+
+def test_two_jobs_one_killed_a_merged_table_that_names_it_then_the_resume(corpus, tmp_path):
+    recipe, out = tiny_study(tmp_path), tmp_path / "study"
+    alibi = out / "runs" / "alibi-s1234"
+    proc = subprocess.Popen(
+        study_cmd(recipe, corpus, out),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 240
+    while not (alibi / "checkpoints" / "last.ckpt").exists():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.time() < deadline, "alibi never wrote a checkpoint"
+        time.sleep(0.05)
+    state = json.loads((out / "study.json").read_text())
+    assert {state["jobs"][n]["state"] for n in ("rope-s1234", "alibi-s1234")} == {"running"}
+    os.killpg(state["jobs"]["alibi-s1234"]["pid"], signal.SIGKILL)  # both ran at once
+    printed = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 1, printed  # a job has no result
+
+    assert "alibi-s1234 has no result (killed by signal 9)" in printed
+    merged = (out / "comparison" / "comparison.md").read_text()
+    assert "| rope |" in merged.replace("rope (1 seed)", "rope")
+    assert "alibi" not in merged.split("### jobs without a result")[0]
+    assert "### jobs without a result (1 of 2)" in merged
+    assert "- alibi-s1234: killed by signal 9, last checkpoint at step" in merged
+    resume = merged.rsplit("Resume them (finished jobs are skipped): `", 1)[1].split("`")[0]
+    assert resume.startswith("python scripts/study.py ") and f"--out {out}" in resume
+    summary = (out / "study.md").read_text()
+    assert "| rope-s1234 | completed | 100 |" in summary
+    assert "| alibi-s1234 | killed |" in summary
+
+    # the same command again: rope is skipped, alibi continues from its checkpoint
+    again = subprocess.run(
+        study_cmd(recipe, corpus, out), cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "(1 finished, 1 to resume, 0 to start)" in again.stdout
+    assert "started alibi-s1234 (resumed)" in again.stdout
+    assert "started rope-s1234" not in again.stdout
+    log = (out / "logs" / "alibi-s1234.log").read_text()
+    assert "resume=auto" in log and "resuming from" in log.lower()
+    state = json.loads((out / "study.json").read_text())
+    assert state["jobs"]["alibi-s1234"]["invocations"] == 2
+    assert state["jobs"]["rope-s1234"]["invocations"] == 1
+    merged = json.loads((out / "comparison" / "comparison.json").read_text())
+    assert {row["scheme"] for row in merged} == {"rope", "alibi"}
+    assert "jobs without a result" not in (out / "comparison" / "comparison.md").read_text()
+    summary = (out / "study.md").read_text()
+    assert "| alibi-s1234 | completed | 400 |" in summary
