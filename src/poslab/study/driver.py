@@ -317,9 +317,8 @@ class Driver:
                 file=sys.stderr,
                 flush=True,
             )
-            return (
-                130 if self.stop_reason == "SIGINT" else 143 if self.stop_reason == "SIGTERM" else 0
-            )
+            if self.stop_reason in ("SIGINT", "SIGTERM"):
+                return 128 + signal.Signals[self.stop_reason].value
         return 1 if missing else 0
 
 
