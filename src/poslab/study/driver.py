@@ -36,6 +36,9 @@ from poslab.study.recipe import Study, compose_jobs, load_study
 LAUNCHERS = ("local", "submitit_local", "submitit_slurm")
 STATE_FILE = "study.json"
 POLL_S = 0.2
+# how long a stopped job may take to save its checkpoint before it is killed (a training step and
+# a save; a job stopped in its first validation finishes that first)
+STOP_GRACE_S = 90
 
 
 @dataclass
@@ -278,7 +281,11 @@ class Driver:
                 else ("killed" if code < 0 else "failed")
             )
             why = status.get("error") or (
-                f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+                f"stopped by {self.stop_reason}"
+                if self.stop_reason
+                else f"killed by signal {-code}"
+                if code < 0
+                else f"exit code {code}"
             )
             state["why"] = why
             line = f"[{done}/{total}] {name} has no result ({why}); log: {self.out}/logs/{name}.log"
@@ -297,7 +304,7 @@ class Driver:
         for entry in self.running:
             if entry.process.poll() is None:
                 os.killpg(entry.process.pid, signal.SIGTERM)
-        limit = time.monotonic() + 120
+        limit = time.monotonic() + STOP_GRACE_S
         while any(e.process.poll() is None for e in self.running) and time.monotonic() < limit:
             time.sleep(POLL_S)
         for entry in self.running:

@@ -47,7 +47,7 @@ def write_report(
 
             step = checkpoint_step(run)
             why = entry.get("why") or ("not started" if not status else status.get("status"))
-            where = f", last checkpoint at step {step}" if step else ", no checkpoint"
+            where = f", last checkpoint at step {step}" if step else ""
             missing.append((name, f"{why}{where}"))
         rate = status.get("train_tokens_per_s_median")
         mfu = (
