@@ -245,3 +245,54 @@ def test_two_jobs_one_killed_a_merged_table_that_names_it_then_the_resume(corpus
     assert "jobs without a result" not in (out / "comparison" / "comparison.md").read_text()
     summary = (out / "study.md").read_text()
     assert "| alibi-s1234 | completed | 400 |" in summary
+
+
+# ---------------------------------------------------------------------------------------------
+# slow: the cluster path through Hydra's submitit launcher (its local variant), a time limit
+
+
+@pytest.mark.slow
+def test_the_submitit_launcher_runs_a_job_into_the_same_folder(corpus, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    recipe = tmp_path / "one.yaml"
+    recipe.write_text(
+        "experiment: quickstart\njobs:\n  rope-s1234: [pos=rope, trainer.max_steps=30]\n"
+        "plan: {vocab_size: 100, eval_tokens: 2000, startup_s: 5}\n"
+    )
+    out = tmp_path / "study"
+    command = [c for c in study_cmd(recipe, corpus, out) if c not in ("--device", "cpu")]
+    command = [*command[: command.index("--jobs-per-device")], "--launcher", "submitit_local"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = out / "runs" / "rope-s1234"
+    assert json.loads((run / "status.json").read_text())["status"] == "completed"
+    assert "hydra/launcher=submitit_local" in (out / "logs" / "rope-s1234.log").read_text()
+    assert (out / "comparison" / "comparison.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_time_limit_stops_the_jobs_with_checkpoints_and_says_what_is_left(corpus, tmp_path):
+    recipe, out = tiny_study(tmp_path), tmp_path / "study"
+    recipe.write_text(
+        recipe.read_text()
+        .replace("trainer.max_steps=100", "trainer.max_steps=20000")
+        .replace("trainer.max_steps=400", "trainer.max_steps=20000")
+    )
+    result = subprocess.run(
+        study_cmd(recipe, corpus, out, "--time-limit", "0.4"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr  # jobs are left
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("study stopped by the time limit; resume it with: python scripts/study.py ")
+    )
+    summary = (out / "study.md").read_text()
+    for name in ("rope-s1234", "alibi-s1234"):
+        assert f"| {name} | interrupted |" in summary
+        assert f"- {name}: stopped by the time limit, last checkpoint at step" in summary
+        assert (out / "runs" / name / "checkpoints" / "last.ckpt").is_file()

@@ -30,6 +30,7 @@ from typing import Any
 
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
+from poslab.study.folders import job_status, progress_of, run_folder
 from poslab.study.plan import Plan, PlannedJob, check_budget, make_plan, plan_text
 from poslab.study.recipe import Study, compose_jobs, load_study
 
@@ -48,46 +49,6 @@ class Running:
     device: Any
     started: float
     log: Any
-
-
-def run_folder(out: Path, name: str) -> Path:
-    return out / "runs" / name
-
-
-def job_status(out: Path, name: str) -> dict[str, Any]:
-    try:
-        return json.loads((run_folder(out, name) / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def checkpoint_step(folder: Path) -> int | None:
-    """The step of the run's last checkpoint (its pickle only: the tensors stay on disk), or
-    None without one. A killed run's status.json still says `running`, with no step."""
-    path = folder / "checkpoints" / "last.ckpt"
-    if not path.is_file():
-        return None
-    import torch
-
-    try:
-        return int(
-            torch.load(path, map_location="cpu", mmap=True, weights_only=False)["global_step"]
-        )
-    except Exception:  # a checkpoint cut off mid-write: the run starts anew  # noqa: BLE001
-        return None
-
-
-def progress_of(out: Path, study: Study) -> dict[str, float]:
-    """Each job's done fraction: 1 for a completed run, its last checkpoint's share of the steps
-    for a cut-off one, 0 for none."""
-    progress = {}
-    for job in study.jobs:
-        status = job_status(out, job.name)
-        if status.get("status") == "completed":
-            progress[job.name] = 1.0
-        elif step := checkpoint_step(run_folder(out, job.name)):
-            progress[job.name] = min(0.99, step / job.config["trainer"]["max_steps"])
-    return progress
 
 
 def job_command(

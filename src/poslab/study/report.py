@@ -4,22 +4,15 @@ status.json), and every job without a result with the command that resumes it.""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from poslab.errors import ConfigError
+from poslab.study.folders import checkpoint_step, job_status
 from poslab.study.plan import Plan
 
 RESULT = Path("extrapolation") / "extrapolation.json"
-
-
-def _status(run: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def missing_section(missing: list[tuple[str, str]], total: int, resume: str) -> str:
@@ -38,13 +31,11 @@ def write_report(
     for planned in plan.jobs:
         name = planned.job.name
         run = out / "runs" / name
-        status = _status(run)
+        status = job_status(out, name)
         entry = state["jobs"].get(name, {})
         if status.get("status") == "completed" and (run / RESULT).is_file():
             finished.append(run)
         else:
-            from poslab.study.driver import checkpoint_step
-
             step = checkpoint_step(run)
             why = entry.get("why") or ("not started" if not status else status.get("status"))
             where = f", last checkpoint at step {step}" if step else ""
