@@ -17,7 +17,7 @@ from conftest import REPO
 
 from poslab.study.cost import job_cost
 from poslab.study.driver import main
-from poslab.study.plan import PlannedJob, schedule_minutes
+from poslab.study.plan import PlannedJob, estimated_minutes
 from poslab.study.recipe import load_study
 
 TINY_JOB = [
@@ -130,18 +130,18 @@ def _planned(flops: float) -> PlannedJob:
 
 def test_jobs_sharing_a_device_share_its_rate():
     # one job: its FLOPs at the full rate, after its start-up
-    assert schedule_minutes([_planned(600.0)], 1, 4, 10.0, 0.0)[0] == pytest.approx(1.0)
+    assert estimated_minutes([_planned(600.0)], 1, 4, 10.0, 0.0)[0] == pytest.approx(1.0)
     # four equal jobs packed on one device: the device's total work at its rate
     four = [_planned(600.0) for _ in range(4)]
-    assert schedule_minutes(four, 1, 4, 10.0, 6.0)[0] == pytest.approx((6 + 240) / 60)
+    assert estimated_minutes(four, 1, 4, 10.0, 6.0)[0] == pytest.approx((6 + 240) / 60)
     # one at a time: start-up paid four times
-    assert schedule_minutes(four, 1, 1, 10.0, 6.0)[0] == pytest.approx(4 * 66 / 60)
+    assert estimated_minutes(four, 1, 1, 10.0, 6.0)[0] == pytest.approx(4 * 66 / 60)
     # two devices halve it
-    assert schedule_minutes(four, 2, 2, 10.0, 0.0)[0] == pytest.approx(2.0)
+    assert estimated_minutes(four, 2, 2, 10.0, 0.0)[0] == pytest.approx(2.0)
     # a finished job costs nothing
     done = _planned(600.0)
     done.finished = True
-    assert schedule_minutes([done], 1, 1, 10.0, 6.0)[0] == 0.0
+    assert estimated_minutes([done], 1, 1, 10.0, 6.0)[0] == 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,3 +296,16 @@ def test_a_time_limit_stops_the_jobs_with_checkpoints_and_says_what_is_left(corp
         assert f"| {name} | interrupted |" in summary
         assert f"- {name}: stopped by the time limit, last checkpoint at step" in summary
         assert (out / "runs" / name / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_job_resumes_only_with_the_settings_it_ran_with(corpus, tmp_path, capsys):
+    """An edited recipe (or changed defaults) would merge other models into a finished row."""
+    out = tmp_path / "study"
+    out.mkdir()
+    jobs = {"rope-s1": {"settings": "0123456789abcdef", "state": "completed"}}
+    state = {"recipe": "paper_gpu", "overrides": [f"data.path={corpus}"], "jobs": jobs}
+    (out / "study.json").write_text(json.dumps(state))
+    with pytest.raises(SystemExit):
+        main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"])
+    err = capsys.readouterr().err
+    assert f"job rope-s1 in {out} ran with other settings than paper_gpu.yaml gives now" in err

@@ -17,6 +17,7 @@ free device) is one `error:` line before any work.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -90,7 +91,11 @@ class StudyState:
             for name, entry in old.get("jobs", {}).items():
                 if name in self.data["jobs"]:
                     self.data["jobs"][name].update(
-                        {k: v for k, v in entry.items() if k in ("wall_s", "invocations")}
+                        {
+                            k: v
+                            for k, v in entry.items()
+                            if k in ("wall_s", "invocations", "settings")
+                        }
                     )
 
     def job(self, name: str) -> dict[str, Any]:
@@ -118,6 +123,29 @@ def check_same_study(out: Path, study: Study, overrides: list[str]) -> None:
             f"{out} holds the study `{was}`; run that to resume it, or pass another --out for "
             "a new one"
         )
+
+
+def settings_digest(config: dict[str, Any]) -> str:
+    """A digest of a job's resolved config: what it trains and evaluates."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_same_settings(out: Path, study: Study) -> None:
+    """A job that ran resumes (or is skipped as finished) only with the settings it ran with: a
+    recipe edited since, or defaults that changed, would merge other models into one row."""
+    path = out / STATE_FILE
+    if not path.is_file():
+        return
+    jobs = json.loads(path.read_text()).get("jobs", {})
+    for job in study.jobs:
+        ran = jobs.get(job.name, {}).get("settings")
+        if ran is not None and ran != settings_digest(job.config):
+            raise ConfigError(
+                f"job {job.name} in {out} ran with other settings than {study.source.name} "
+                "gives now (the recipe or poslab's defaults changed); pass another --out for a "
+                "new study"
+            )
 
 
 class Driver:
@@ -208,6 +236,7 @@ class Driver:
         )
         entry = self.state.job(name)
         entry.update(
+            settings=settings_digest(planned.job.config),
             state="running",
             pid=process.pid,
             run=str(folder),
@@ -386,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.launcher != "local":
         _check_launcher_installed(args.launcher)
     compose_jobs(study, args.overrides, None if args.launcher == "local" else args.launcher)
+    check_same_settings(out, study)
     from poslab.study.devices import choose_devices, matmul_rate
 
     if args.launcher == "local":

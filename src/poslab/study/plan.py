@@ -67,7 +67,7 @@ def slots_per_device(
     return max(1, min(MAX_JOBS_PER_GPU, by_memory, by_cores))
 
 
-def schedule_minutes(
+def estimated_minutes(
     jobs: list[PlannedJob], devices: int, slots: int, rate: float, startup_s: float
 ) -> tuple[float, list[PlannedJob]]:
     """Minutes until the last job ends. Longest jobs first, up to `slots` at a time per device;
@@ -117,13 +117,13 @@ def make_plan(
     mfu = study.plan["mfu"] if on_gpu else study.plan["cpu_mfu"]
     slots = slots_per_device(jobs, devices[0], wanted_slots, len(devices))
     startup = study.plan["startup_s"]
-    minutes, order = schedule_minutes(jobs, len(devices), slots, rate * mfu, startup)
+    minutes, order = estimated_minutes(jobs, len(devices), slots, rate * mfu, startup)
     reference = study.reference
     reference_minutes = None
     if reference.get("matmul_flops"):
         ref_devices = int(reference.get("devices") or 1)
         ref_slots = MAX_JOBS_PER_GPU if wanted_slots is None else wanted_slots
-        reference_minutes, _ = schedule_minutes(
+        reference_minutes, _ = estimated_minutes(
             jobs,
             ref_devices,
             ref_slots,
