@@ -1,6 +1,6 @@
 """Run every job of a study: `python scripts/study.py RECIPE [key=value ...] [options]`.
 
-Each job is `python train.py experiment=<recipe's> <job overrides> <your overrides>` in its own
+Each job is `python train.py experiment=<recipe's> <your overrides> <job overrides>` in its own
 folder, <out>/runs/<job>/, with `resume=auto`: a job that finished is skipped, one that was cut
 off (a time limit, a kill, a lost node) continues from its last checkpoint, so running the same
 command again resumes the study. Jobs run several at a time on one GPU where their memory fits,
@@ -56,7 +56,8 @@ def job_command(
     study: Study, job_overrides: list[str], overrides: list[str], folder: Path, launcher: str
 ) -> list[str]:
     base = [sys.executable, "-m", "poslab.apps.train"]
-    common = [f"experiment={study.experiment}", *job_overrides, *overrides, "resume=auto"]
+    # a job's own overrides come last: they define it (its scheme, seed, length), and win
+    common = [f"experiment={study.experiment}", *overrides, *job_overrides, "resume=auto"]
     if launcher == "local":
         return [*base, *common, f"hydra.run.dir={folder}", "trainer.enable_progress_bar=false"]
     # one Hydra multirun of one job, handed to the cluster; its folder is the same as locally

@@ -1,5 +1,5 @@
 """A study recipe (conf/study/NAME.yaml, or any .yaml path) and its jobs, each composed and
-checked as `python train.py experiment=<experiment> <job overrides> <user overrides>` would be,
+checked as `python train.py experiment=<experiment> <user overrides> <job overrides>` would be,
 before any work: a typo in one job is one line naming that job."""
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
                         "train",
                         overrides=[
                             f"experiment={study.experiment}",
-                            *job.overrides,
                             *overrides,
+                            *job.overrides,  # last, as in the job's command: they define it
                             *extra,
                         ],
                         return_hydra_config=True,

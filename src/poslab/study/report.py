@@ -69,7 +69,8 @@ def write_report(
         f"- devices: {devices} ({state.get('launcher')}); {plan.slots} job(s) at a time per "
         f"device; matmul {plan.rate / 1e12:.3g} TFLOP/s measured in {plan.precision}",
         "- tok/s: the median of the run's steps (validation left out); MFU: tok/s × the "
-        "training FLOPs per token (poslab.study.cost) ÷ the measured matmul rate",
+        "training FLOPs per token (poslab.study.cost) ÷ the measured matmul rate; jobs that "
+        "shared a device each report their share",
         "",
         "| job | status | step | wall min | tok/s | MFU | best val loss |",
         "|---|---|---:|---:|---:|---:|---:|",
@@ -86,16 +87,37 @@ def write_report(
     return [name for name, _ in missing]
 
 
+def row_names(runs: list[Path]) -> dict[str, str]:
+    """Shorter row names where one scheme trained at two lengths (the paper's upper bound): the
+    row at the study's usual length keeps the scheme's name, the other reads `scheme (L=8192)`,
+    instead of compare.py's list of every option in which the runs differ. {} where those names
+    would not tell the rows apart."""
+    from collections import Counter
+
+    from poslab.evaluation.compare import label_rows
+
+    trained = {r["scheme"]: r["train_length"] for r in label_rows([r / RESULT for r in runs])}
+    usual = Counter(trained.values()).most_common(1)[0][0]
+    names = {}
+    for label, length in trained.items():
+        base = label.split(" [", 1)[0]
+        if label != base:
+            names[label] = base if length == usual else f"{base} (L={length})"
+    shown = [names.get(label, label) for label in trained]
+    return names if len(set(shown)) == len(shown) else {}
+
+
 def _compare(runs: list[Path], out: Path, name: str, baseline: str | None) -> str:
     """compare.py's table; without the baseline where its row has not finished (said)."""
     from poslab.evaluation.compare import compare
 
     title = f"{name}: perplexity vs evaluation length"
+    names = row_names(runs)
     try:
-        compare(runs, out, title=title, baseline=baseline)
+        compare(runs, out, title=title, baseline=baseline, rename=names)
     except ConfigError as err:
         if baseline is None or "--baseline" not in str(err):
             raise
         print(f"the baseline row {baseline!r} has not finished: no paired differences yet")
-        compare(runs, out, title=title)
+        compare(runs, out, title=title, rename=names)
     return (out / "comparison.md").read_text()
