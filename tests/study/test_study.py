@@ -309,3 +309,17 @@ def test_a_job_resumes_only_with_the_settings_it_ran_with(corpus, tmp_path, caps
         main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"])
     err = capsys.readouterr().err
     assert f"job rope-s1 in {out} ran with other settings than paper_gpu.yaml gives now" in err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_devices_are_found_and_the_matmul_rate_is_measured():
+    from poslab.study.devices import choose_devices, gpus, matmul_rate
+
+    found = gpus()
+    assert [d.index for d in found] == list(range(torch.cuda.device_count()))
+    assert all(d.total_bytes > 2**30 and 0 <= d.used_bytes <= d.total_bytes for d in found)
+    chosen = choose_devices("cuda", [0])
+    assert chosen[0].kind == "cuda" and chosen[0].index == 0
+    rate = matmul_rate(chosen[0], "bf16-mixed")
+    assert 1e12 < rate < 1e16  # between a small GPU and no GPU made yet
+    assert matmul_rate(chosen[0], "32-true") < rate  # fp32 (tf32 aside) is the slower unit
