@@ -154,7 +154,8 @@ def test_jobs_sharing_a_device_share_its_rate():
         (["nosuch"], "no study recipe 'nosuch'; choose one of: paper_gpu"),
         (["paper_gpu", "--budget", "0.01"], "more than --budget 0.01; raise --budget"),
         (["paper_gpu", "--gpus", "7"], "--gpus 7: no such GPU on this machine"),
-        (["paper_gpu", "pos=nosuch"], "job sinusoidal-s1234: pos=nosuch is not an option"),
+        (["paper_gpu", "pos=alibi"], "pos=alibi: the study's jobs set pos"),
+        (["paper_gpu", "attention=nosuch"], "job sinusoidal-s1234: attention=nosuch is not an"),
         (["paper_gpu", "model.d_model=-1"], "job sinusoidal-s1234: "),
         (["paper_gpu", "trainer.max_steps"], "'trainer.max_steps' is not an override"),
         (["paper_gpu", "--time-limit", "0"], "--time-limit 0: must be > 0 minutes"),
@@ -166,28 +167,123 @@ def test_bad_input_is_one_line_before_any_work(args, expected, corpus, tmp_path,
         pytest.skip("this machine has a GPU 7")
     out = tmp_path / "study"
     with pytest.raises(SystemExit) as stop:
-        main([*args, f"data.path={corpus}", "--out", str(out)])
+        main([*args, f"data.path={corpus}", "--out", str(out), "--dry-run"])
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("recipe", "expected"),
+    [
+        ("experiment: quickstart\ngrid: {pos: [rope], seed: [1, -1]}\n", "seed=-1 must be"),
+        ("experiment: quickstart\ngrid: {pos: [rope, null]}\n", "grid.pos holds None"),
+        (
+            "experiment: quickstart\njobs: {a: [pos=rope, seed=1], b: [seed=1, pos=rope]}\n",
+            "jobs a and b have the same settings",
+        ),
+        (
+            "experiment: quickstart\ngrid: {pos: [rope]}\nbaseline: alibi\n",
+            "baseline 'alibi' is no scheme of its jobs; choose one of: rope",
+        ),
+        ("experiment: quickstart\ngrid: {pos: [rope]}\nplan: {mfuu: 0.3}\n", "plan.mfuu is not"),
+        (
+            "experiment: quickstart\njobs: {a: [pos=rope, eval.after_train=false]}\n",
+            "eval.after_train=false leaves no evaluation",
+        ),
+        (
+            "experiment: quickstart\njobs: {a: [pos=rope, experiment=paper_gpu]}\n",
+            "job a set experiment=, which the study sets (quickstart)",
+        ),
+        ("experiment: quickstart\njobs: {'a b': [pos=rope]}\n", "job name 'a b' must be"),
+        ("experiment: quickstart\n", "lists no job"),
+        ("experiment: quickstart\ngrid: {pos: rope}\n", "`grid:` maps options to non-empty"),
+    ],
+)
+def test_a_bad_study_file_is_one_line(recipe, expected, corpus, tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(recipe)
+    with pytest.raises(SystemExit) as stop:
+        main([str(path), f"data.path={corpus}", "--out", str(tmp_path / "s"), "--dry-run"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_second_driver_on_a_study_is_refused(corpus, tmp_path, capsys):
+    from poslab.run_folder import RunLock
+
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "study.json").write_text(json.dumps({"recipe": "two", "jobs": {}}))
+    held = RunLock(out)
+    held.acquire()  # as a running driver holds it
+    try:
+        with pytest.raises(SystemExit):
+            main([str(tiny_study(tmp_path)), f"data.path={corpus}", *TINY_JOB, "--out", str(out)])
+    finally:
+        held.release()
+    assert f"another study driver (pid {os.getpid()}) is running this study in {out}" in (
+        capsys.readouterr().err
+    )
+    assert not (out / "runs").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_no_free_device_is_one_line(corpus, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main(["paper_gpu", f"data.path={corpus}", "--device", "cuda", "--out", str(tmp_path / "s")])
+        main(["paper_gpu", f"data.path={corpus}", "--device", "cuda", "--dry-run"])
     assert "--device cuda but this machine has no CUDA GPU" in capsys.readouterr().err
 
 
-def test_a_study_folder_resumes_only_its_own_command(corpus, tmp_path, capsys):
+def test_a_study_folder_resumes_only_its_own_recipe(corpus, tmp_path, capsys):
     out = tmp_path / "study"
     out.mkdir()
-    (out / "study.json").write_text(json.dumps({"recipe": "paper_gpu", "overrides": ["seed=5"]}))
+    (out / "study.json").write_text(json.dumps({"recipe": "other", "jobs": {}}))
+    with pytest.raises(SystemExit):  # --dry-run: a regression must not start the study
+        main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"])
+    assert f"{out} holds the study 'other', not 'paper_gpu'" in capsys.readouterr().err
+    (out / "study.json").unlink()
+    (out / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit):
-        main(["paper_gpu", f"data.path={corpus}", "--out", str(out)])
+        main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"])
+    assert f"--out {out} is a folder that holds no study" in capsys.readouterr().err
+
+
+def test_a_job_resumes_only_with_the_settings_its_run_had(corpus, tmp_path, capsys):
+    """A run made by another command (an edited recipe, a copied folder) would merge other
+    models into a finished row with exit code 0: its own saved config is compared."""
+    out = tmp_path / "study"
+    saved = out / "runs" / "rope-s1" / ".hydra"
+    saved.mkdir(parents=True)
+    (out / "study.json").write_text(json.dumps({"recipe": "paper_gpu", "jobs": {}}))
+    from poslab.study.recipe import compose_jobs
+
+    study = load_study("paper_gpu")
+    compose_jobs(study, [f"data.path={corpus}"])
+    (rope,) = [j for j in study.jobs if j.name == "rope-s1"]
+    options = {**rope.options, "trainer.max_steps": 50}
+    nested: dict = {}
+    for key, value in options.items():
+        *parents, last = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    (saved / "config.yaml").write_text(json.dumps(nested))  # JSON is YAML
+    with pytest.raises(SystemExit):
+        main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"])
     err = capsys.readouterr().err
-    assert f"{out} holds the study `paper_gpu seed=5`; run that to resume it" in err
+    assert (
+        f"job rope-s1: {out / 'runs' / 'rope-s1'} ran with trainer.max_steps=50, the study " in err
+    )
+    assert "gives trainer.max_steps=900; run the study's command as it was" in err
+    options["trainer.max_steps"] = 900  # the same settings: the plan counts it as started
+    nested["trainer"]["max_steps"] = 900
+    (saved / "config.yaml").write_text(json.dumps(nested))
+    assert main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"]) == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,7 +318,9 @@ def test_two_jobs_one_killed_a_merged_table_that_names_it_then_the_resume(corpus
     assert "### jobs without a result (1 of 2)" in merged
     assert "- alibi-s1234: killed by signal 9, last checkpoint at step" in merged
     resume = merged.rsplit("Resume them (finished jobs are skipped): `", 1)[1].split("`")[0]
-    assert resume.startswith("python scripts/study.py ") and f"--out {out}" in resume
+    assert (
+        resume.startswith(f"python {REPO / 'scripts' / 'study.py'} ") and f"--out {out}" in resume
+    )
     summary = (out / "study.md").read_text()
     assert "| rope-s1234 | completed | 100 |" in summary
     assert "| alibi-s1234 | killed |" in summary
@@ -289,26 +387,13 @@ def test_a_time_limit_stops_the_jobs_with_checkpoints_and_says_what_is_left(corp
     assert (
         result.stderr.strip()
         .splitlines()[-1]
-        .startswith("study stopped by the time limit; resume it with: python scripts/study.py ")
+        .startswith(f"study stopped by the time limit; resume it with: python {REPO}/scripts/")
     )
     summary = (out / "study.md").read_text()
     for name in ("rope-s1234", "alibi-s1234"):
         assert f"| {name} | interrupted |" in summary
         assert f"- {name}: stopped by the time limit, last checkpoint at step" in summary
         assert (out / "runs" / name / "checkpoints" / "last.ckpt").is_file()
-
-
-def test_a_job_resumes_only_with_the_settings_it_ran_with(corpus, tmp_path, capsys):
-    """An edited recipe (or changed defaults) would merge other models into a finished row."""
-    out = tmp_path / "study"
-    out.mkdir()
-    jobs = {"rope-s1": {"settings": "0123456789abcdef", "state": "completed"}}
-    state = {"recipe": "paper_gpu", "overrides": [f"data.path={corpus}"], "jobs": jobs}
-    (out / "study.json").write_text(json.dumps(state))
-    with pytest.raises(SystemExit):
-        main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"])
-    err = capsys.readouterr().err
-    assert f"job rope-s1 in {out} ran with other settings than paper_gpu.yaml gives now" in err
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

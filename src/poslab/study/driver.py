@@ -12,12 +12,13 @@ before any work; `--dry-run` stops there. Each finished job is recorded at once 
 holds compare.py's merged table (mean ± sd, paired 95% intervals against the recipe's baseline,
 the paper's shape checks, figures) and <out>/study.md the per-job throughput and MFU and every
 job without a result. Bad input (an unknown recipe or option, a budget the plan cannot meet, no
-free device) is one `error:` line before any work.
+free device, a folder whose runs were made with other settings, a second driver on one study) is
+one `error:` line before any work. Exit codes: 0 every job has a result, 1 some have none (a
+failed job, a time limit), 2 bad input, 130/143 stopped by SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -30,8 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from poslab.arguments import OneLineParser, check_writable
-from poslab.errors import ConfigError, exit_on_config_error
-from poslab.study.folders import job_status, progress_of, run_folder
+from poslab.errors import ConfigError, RunBusy, exit_on_config_error
+from poslab.run_folder import RunLock
+from poslab.study.folders import (
+    check_no_job_running,
+    check_runs_match,
+    job_status,
+    progress_of,
+    run_folder,
+)
 from poslab.study.plan import Plan, PlannedJob, check_budget, make_plan, plan_text
 from poslab.study.recipe import Study, compose_jobs, load_study
 
@@ -92,11 +100,7 @@ class StudyState:
             for name, entry in old.get("jobs", {}).items():
                 if name in self.data["jobs"]:
                     self.data["jobs"][name].update(
-                        {
-                            k: v
-                            for k, v in entry.items()
-                            if k in ("wall_s", "invocations", "settings")
-                        }
+                        {k: v for k, v in entry.items() if k in ("wall_s", "invocations")}
                     )
 
     def job(self, name: str) -> dict[str, Any]:
@@ -109,44 +113,28 @@ class StudyState:
         os.replace(temporary, self.path)
 
 
-def check_same_study(out: Path, study: Study, overrides: list[str]) -> None:
-    """A folder that holds a study resumes only the same recipe with the same overrides."""
+def check_same_study(out: Path, study: Study) -> None:
+    """A folder that holds a study resumes only that recipe (its runs' settings are checked job
+    by job: folders.check_runs_match); a folder that holds something else is not written into."""
     path = out / STATE_FILE
     if not path.is_file():
+        if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
+            raise ConfigError(
+                f"--out {out} is a folder that holds no study ({STATE_FILE}); pass an empty or "
+                "new folder"
+            )
         return
     try:
         old = json.loads(path.read_text())
     except ValueError:
-        raise ConfigError(f"{path} cannot be read; remove it or pass another --out") from None
-    if old.get("recipe") != study.name or old.get("overrides") != overrides:
-        was = " ".join([old.get("recipe", "?"), *old.get("overrides", [])])
+        old = None
+    if not isinstance(old, dict):
+        raise ConfigError(f"{path} cannot be read; remove it or pass another --out")
+    if old.get("recipe") != study.name:
         raise ConfigError(
-            f"{out} holds the study `{was}`; run that to resume it, or pass another --out for "
-            "a new one"
+            f"{out} holds the study {old.get('recipe')!r}, not {study.name!r}; resume that one "
+            "there, or pass another --out for a new study"
         )
-
-
-def settings_digest(config: dict[str, Any]) -> str:
-    """A digest of a job's resolved config: what it trains and evaluates."""
-    text = json.dumps(config, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def check_same_settings(out: Path, study: Study) -> None:
-    """A job that ran resumes (or is skipped as finished) only with the settings it ran with: a
-    recipe edited since, or defaults that changed, would merge other models into one row."""
-    path = out / STATE_FILE
-    if not path.is_file():
-        return
-    jobs = json.loads(path.read_text()).get("jobs", {})
-    for job in study.jobs:
-        ran = jobs.get(job.name, {}).get("settings")
-        if ran is not None and ran != settings_digest(job.config):
-            raise ConfigError(
-                f"job {job.name} in {out} ran with other settings than {study.source.name} "
-                "gives now (the recipe or poslab's defaults changed); pass another --out for a "
-                "new study"
-            )
 
 
 class Driver:
@@ -164,10 +152,14 @@ class Driver:
         self.state = StudyState(out, plan.study, overrides, launcher)
         self.running: list[Running] = []
         self.stop_reason: str | None = None
+        self.hurry = False
         self.started = time.monotonic()
 
     # -- signals: stop launching, let running jobs save a checkpoint, then report ------------
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.stop_reason is not None:  # a second signal: kill the jobs now
+            self.hurry = True
+            return
         self.stop_reason = signal.Signals(signum).name
 
     def run(self) -> int:
@@ -180,7 +172,9 @@ class Driver:
         return self.report()
 
     def _slots(self) -> list[Any]:
-        if self.launcher != "local":
+        if self.launcher == "submitit_local":  # this machine: as many at a time as told
+            return [None] * self.plan.slots
+        if self.launcher != "local":  # the cluster queues them
             return [None] * len(self.plan.order)
         return [d for d in self.plan.devices for _ in range(self.plan.slots)]
 
@@ -237,7 +231,6 @@ class Driver:
         )
         entry = self.state.job(name)
         entry.update(
-            settings=settings_digest(planned.job.config),
             state="running",
             pid=process.pid,
             run=str(folder),
@@ -271,12 +264,16 @@ class Driver:
                 if given in ("interrupted", "failed")
                 else ("killed" if code < 0 else "failed")
             )
-            why = status.get("error") or (
-                f"stopped by {self.stop_reason}"
-                if self.stop_reason
-                else f"killed by signal {-code}"
-                if code < 0
-                else f"exit code {code}"
+            why = (
+                status.get("error")
+                or last_error_line(self.out / "logs" / f"{name}.log")
+                or (
+                    f"stopped by {self.stop_reason}"
+                    if self.stop_reason
+                    else f"killed by signal {-code}"
+                    if code < 0
+                    else f"exit code {code}"
+                )
             )
             state["why"] = why
             line = f"[{done}/{total}] {name} has no result ({why}); log: {self.out}/logs/{name}.log"
@@ -296,7 +293,11 @@ class Driver:
             if entry.process.poll() is None:
                 os.killpg(entry.process.pid, signal.SIGTERM)
         limit = time.monotonic() + STOP_GRACE_S
-        while any(e.process.poll() is None for e in self.running) and time.monotonic() < limit:
+        while (
+            any(e.process.poll() is None for e in self.running)
+            and time.monotonic() < limit
+            and not self.hurry
+        ):
             time.sleep(POLL_S)
         for entry in self.running:
             if entry.process.poll() is None:
@@ -320,12 +321,27 @@ class Driver:
         return 1 if missing else 0
 
 
+def last_error_line(log: Path) -> str | None:
+    """The job's own one-line error (train.py's `error: ...`), the last in its log."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    errors = [line[len("error: ") :] for line in lines if line.startswith("error: ")]
+    return errors[-1] if errors else None
+
+
 def default_out(study: Study) -> Path:
     return Path("outputs") / "studies" / study.name
 
 
 def parse(argv: list[str] | None) -> Any:
-    parser = OneLineParser(prog="scripts/study.py", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(
+        prog="scripts/study.py",
+        description=__doc__.split("\n\n")[0],
+        epilog="Exit codes: 0 every job has a result, 1 some have none (see <out>/study.md), "
+        "2 bad input, 130/143 stopped by SIGINT/SIGTERM (the same command resumes).",
+    )
     parser.add_argument("recipe", help="a study of conf/study/ (paper_gpu, ...) or a .yaml file")
     parser.add_argument(
         "overrides",
@@ -402,7 +418,8 @@ def resume_line(argv: list[str], out: Path) -> str:
     args = [a for a in argv if a != "--dry-run"]
     if not any(a == "--out" or a.startswith("--out=") for a in args):
         args += ["--out", str(out)]
-    return shlex.join(["python", "scripts/study.py", *args])
+    script = sys.argv[0] if sys.argv[0].endswith("study.py") else "scripts/study.py"
+    return shlex.join(["python", script, *args])
 
 
 @exit_on_config_error
@@ -412,11 +429,15 @@ def main(argv: list[str] | None = None) -> int:
     study = load_study(args.recipe)
     out = Path(args.out) if args.out else default_out(study)
     check_writable(out, "--out")
-    check_same_study(out, study, args.overrides)
+    check_same_study(out, study)
     if args.launcher != "local":
         _check_launcher_installed(args.launcher)
+    elif any(o.startswith("hydra.launcher.") for o in args.overrides):
+        raise ConfigError(
+            "hydra.launcher.* options are the cluster launcher's; add --launcher submitit_slurm"
+        )
     compose_jobs(study, args.overrides, None if args.launcher == "local" else args.launcher)
-    check_same_settings(out, study)
+    check_runs_match(out, study)
     from poslab.study.devices import choose_devices, matmul_rate
 
     if args.launcher == "local":
@@ -430,12 +451,26 @@ def main(argv: list[str] | None = None) -> int:
     progress = progress_of(out, study)
     plan = make_plan(study, devices, rate, precision, args.jobs_per_device, progress)
     print(plan_text(plan, out, args.launcher), flush=True)
-    check_budget(plan, args.budget)
+    check_budget(plan, args.budget, args.launcher)
     if args.dry_run:
         return 0
-    deadline = time.monotonic() + args.time_limit * 60 if args.time_limit else None
-    driver = Driver(plan, out, args.overrides, args.launcher, deadline, resume_line(argv, out))
-    return driver.run()
+    check_no_job_running(out, study)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out)
+    try:
+        lock.acquire()
+    except RunBusy:
+        holder = (out / ".lock").read_text().strip() or "unknown"
+        raise ConfigError(
+            f"another study driver (pid {holder}) is running this study in {out}; wait for it "
+            f"or stop it (kill {holder})"
+        ) from None
+    try:
+        deadline = time.monotonic() + args.time_limit * 60 if args.time_limit else None
+        driver = Driver(plan, out, args.overrides, args.launcher, deadline, resume_line(argv, out))
+        return driver.run()
+    finally:
+        lock.release()
 
 
 def _precision(study: Study, device: Any) -> str:

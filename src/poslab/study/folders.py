@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from poslab.errors import ConfigError
 from poslab.study.recipe import Study
 
 
@@ -48,3 +49,52 @@ def progress_of(out: Path, study: Study) -> dict[str, float]:
         elif step := checkpoint_step(run_folder(out, job.name)):
             progress[job.name] = min(0.99, step / job.config["trainer"]["max_steps"])
     return progress
+
+
+def check_runs_match(out: Path, study: Study) -> None:
+    """A job whose folder holds a run resumes (or is skipped as finished) only if that run has
+    the job's settings now: a recipe edited since, other overrides, or a folder copied from
+    elsewhere would merge other models into one row, with exit code 0."""
+    from poslab.evaluation.compare import ADDED_LATER, run_options
+
+    for job in study.jobs:
+        folder = run_folder(out, job.name)
+        if not (folder / ".hydra" / "config.yaml").is_file():
+            continue  # no run took the folder yet (train.py refuses a checkpoint of another run)
+        ran = run_options(folder) or {}
+        keys = sorted(set(ran) | set(job.options))
+        differ = [
+            k
+            for k in keys
+            if repr(ran.get(k, ADDED_LATER.get(k))) != repr(job.options.get(k, ADDED_LATER.get(k)))
+        ]
+        if differ:
+            key = differ[0]
+            raise ConfigError(
+                f"job {job.name}: {folder} ran with {key}={ran.get(key)}, the study now gives "
+                f"{key}={job.options.get(key)}; run the study's command as it was, or pass "
+                "another --out for a new study"
+            )
+
+
+def check_no_job_running(out: Path, study: Study) -> None:
+    """A job still trained by an earlier driver (killed, its jobs left running) is not started
+    twice: its run folder's lock names the process."""
+    from poslab.errors import RunBusy
+    from poslab.run_folder import RunLock
+
+    for job in study.jobs:
+        folder = run_folder(out, job.name)
+        if not folder.is_dir():
+            continue
+        lock = RunLock(folder)
+        try:
+            lock.acquire()
+        except RunBusy as err:
+            holder = str(err).split("(pid ", 1)[-1].split(")", 1)[0]
+            raise ConfigError(
+                f"job {job.name} is still being trained by pid {holder} (an earlier study "
+                f"driver's job?); wait for it, or stop it (kill {holder}), then run this again"
+            ) from None
+        lock.put_back()
+        lock.release()

@@ -147,17 +147,17 @@ def plan_text(plan: Plan, out: Any, launcher: str) -> str:
     finished = sum(p.finished for p in plan.jobs)
     cut = sum(0 < p.done_fraction < 1 for p in plan.jobs)
     lines = [
-        f"study {study.name}: {len(plan.jobs)} jobs of experiment={study.experiment} "
+        f"study {study.name}: {len(plan.jobs)} job{'s' if len(plan.jobs) != 1 else ''} of "
+        f"experiment={study.experiment} "
         f"({finished} finished, {cut} to resume, {len(plan.jobs) - finished - cut} to start) "
         f"-> {out}",
         "",
         "| job | L | params | train tokens | epochs* | PFLOP | memory | done |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    corpus = None
+    corpus = study.plan.get("corpus_tokens")
     for p in plan.jobs:
         config, cost = p.job.config, p.cost
-        corpus = study.plan.get("corpus_tokens")
         epochs = f"{cost.train_tokens / corpus:.1f}" if corpus else "—"
         lines.append(
             f"| {p.job.name} | {config['data']['seq_len']} | {_si(cost.params)} | "
@@ -166,6 +166,8 @@ def plan_text(plan: Plan, out: Any, launcher: str) -> str:
         )
     if corpus:
         lines.append(f"\n*epochs of the {corpus:,}-token training split (plan.corpus_tokens)")
+    else:
+        lines.append("\n*epochs: give the training split's tokens as plan.corpus_tokens")
     total = sum(p.flops_left for p in plan.jobs)
     lines.append("")
     if launcher == "local":
@@ -192,11 +194,23 @@ def plan_text(plan: Plan, out: Any, launcher: str) -> str:
     return "\n".join(lines)
 
 
-def check_budget(plan: Plan, budget: float | None) -> None:
-    if budget is None or plan.minutes <= budget:
+def check_budget(plan: Plan, budget: float | None, launcher: str = "local") -> None:
+    """A plan estimated above `budget` minutes is refused: on this machine's devices, or with a
+    cluster launcher on the recipe's reference device (the only estimate it prints)."""
+    if budget is None:
+        return
+    minutes, where = plan.minutes, "on these devices"
+    if launcher not in ("local", "submitit_local"):
+        if plan.reference_minutes is None:
+            raise ConfigError(
+                f"--budget with --launcher {launcher} reads the recipe's reference device, and "
+                "this recipe names none (reference.matmul_flops); drop --budget"
+            )
+        minutes, where = plan.reference_minutes, "on the recipe's reference device"
+    if minutes <= budget:
         return
     raise ConfigError(
-        f"the plan needs about {math.ceil(plan.minutes)} min on these devices, more than "
-        f"--budget {budget:g}; raise --budget, run on more or faster devices, or give a smaller "
-        "recipe (trainer.max_steps=, model=)"
+        f"the plan needs about {math.ceil(minutes)} min {where}, more than --budget "
+        f"{budget:g}; raise --budget, run on more or faster devices, or give a smaller recipe "
+        "(trainer.max_steps=, model=)"
     )

@@ -5,6 +5,7 @@ before any work: a typo in one job is one line naming that job."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from poslab.checks import boolean, check_schema, number
+from poslab.checks import check_schema, number
 from poslab.errors import ConfigError
 
 STUDIES = Path(__file__).resolve().parents[1] / "conf" / "study"
@@ -35,8 +36,8 @@ PLAN_SCHEMA = {
     "reference.matmul_flops": number(gt=0, null=True),
     "reference.minutes": number(gt=0, null=True),
     "reference.devices": number(ge=1, null=True),
-    "reference.compile": boolean(null=True),
 }
+REFERENCE_KEYS = {"name", "devices", "matmul_flops", "minutes"}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
 
 
@@ -48,6 +49,8 @@ class Job:
     name: str
     overrides: list[str]
     config: dict[str, Any] = field(default_factory=dict)
+    # its options as a run folder's .hydra/config.yaml holds them (compare.run_options' form)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -101,14 +104,30 @@ def load_study(recipe: str) -> Study:
     if twice:
         raise ConfigError(f"{path}: two jobs are named {twice[0]!r}; job names must differ")
     reference = raw.get("reference") or {}
-    plan = {**PLAN_DEFAULTS, **(raw.get("plan") or {})}
+    given_plan = raw.get("plan") or {}
+    for key, node, known in (
+        ("plan", given_plan, set(PLAN_DEFAULTS)),
+        ("reference", reference, REFERENCE_KEYS),
+    ):
+        if not isinstance(node, dict):
+            raise ConfigError(f"{path}: `{key}:` must be a mapping")
+        unknown_keys = sorted(set(node) - known)
+        if unknown_keys:
+            raise ConfigError(
+                f"{path}: {key}.{unknown_keys[0]} is not a {key} key; use "
+                + ", ".join(sorted(known))
+            )
+    baseline = raw.get("baseline")
+    if baseline is not None and not isinstance(baseline, str):
+        raise ConfigError(f"{path}: `baseline:` must name a scheme (pos=) of the jobs, e.g. rope")
+    plan = {**PLAN_DEFAULTS, **given_plan}
     check_schema({"plan": plan, "reference": reference}, PLAN_SCHEMA)
     return Study(
         name=path.stem,
         source=path,
         experiment=experiment,
         jobs=jobs,
-        baseline=raw.get("baseline"),
+        baseline=baseline,
         reference=reference,
         plan=plan,
     )
@@ -126,6 +145,12 @@ def grid_jobs(grid: Any, path: Path) -> list[Job]:
     """Every combination of the grid's values, named by its values (`seed` as s<seed>)."""
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise ConfigError(f"{path}: `grid:` maps options to non-empty lists, e.g. pos: [rope]")
+    for key, values in grid.items():
+        odd = [v for v in values if v is None or isinstance(v, dict | list)]
+        if odd:
+            raise ConfigError(
+                f"{path}: grid.{key} holds {odd[0]!r}; give plain values (a name or a number)"
+            )
     keys = list(grid)
     if not keys:
         return []
@@ -170,9 +195,24 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
     from omegaconf.errors import OmegaConfBaseException
 
     from poslab.cli import hydra_error_line
-    from poslab.validate import check_run_config
+    from poslab.validate import TRAIN_SCHEMA, check_run_config
 
     extra = [f"hydra/launcher={launcher}"] if launcher else []
+    set_by_jobs = {_key(o) for job in study.jobs for o in job.overrides}
+    clash = [o for o in overrides if _key(o) in set_by_jobs]
+    if clash:
+        raise ConfigError(
+            f"{clash[0]}: the study's jobs set {_key(clash[0])} ({study.source.name}'s grid or "
+            "jobs); remove it, or change the recipe"
+        )
+    for where, given in [("your overrides", overrides)] + [
+        (f"job {j.name}", j.overrides) for j in study.jobs
+    ]:
+        if any(o.lstrip("+~").startswith("experiment=") for o in given):
+            raise ConfigError(
+                f"{where} set experiment=, which the study sets ({study.experiment}); change "
+                f"`experiment:` in {study.source.name} instead"
+            )
     # jobs that differ only in their seed share one composition and one check (Hydra's compose
     # takes ~0.2 s, the check builds the model): the dry run of a study stays within seconds
     composed: dict[tuple[str, ...], Any] = {}
@@ -185,6 +225,7 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
                 if key in composed and len(seeds) == 1 and re.fullmatch(r"-?\d+", seeds[0]):
                     cfg = composed[key].copy()
                     cfg.seed = int(seeds[0])
+                    check_schema(cfg, {"seed": TRAIN_SCHEMA["seed"]})
                 else:
                     cfg = compose(
                         "train",
@@ -203,10 +244,58 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
                     check_run_config(cfg)
                     composed[key] = cfg
                 config = OmegaConf.to_container(cfg, resolve=True)
+                as_saved = OmegaConf.to_container(cfg, resolve=False)
             except ConfigError as err:
                 raise ConfigError(f"job {job.name}: {err}") from None
-            except (HydraException, OmegaConfBaseException) as err:
+            except (HydraException, OmegaConfBaseException, ValueError) as err:
                 raise ConfigError(f"job {job.name}: {hydra_error_line(err)}") from None
             config.pop("hydra", None)
+            as_saved.pop("hydra", None)
             job.config = config
+            job.options = flat_options(as_saved)
     GlobalHydra.instance().clear()
+    check_jobs(study)
+
+
+def flat_options(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config as compare.run_options reads a run's: flat keys, what names things left out."""
+    from poslab.evaluation.compare import NOT_SETTINGS
+
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flat_options(value, f"{prefix}{key}."))
+        elif not f"{prefix}{key}".startswith(NOT_SETTINGS):
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def check_jobs(study: Study) -> None:
+    """What the study needs of its composed jobs: an evaluation to merge, jobs that differ, and
+    a baseline among their schemes."""
+    seen: dict[str, str] = {}
+    for job in study.jobs:
+        if not job.config["eval"].get("after_train", True):
+            raise ConfigError(
+                f"job {job.name}: eval.after_train=false leaves no evaluation for the study to "
+                "merge; remove it"
+            )
+        settings = json.dumps(
+            {k: v for k, v in job.config.items() if k != "run_name"}, sort_keys=True, default=str
+        )
+        if settings in seen:
+            raise ConfigError(
+                f"jobs {seen[settings]} and {job.name} have the same settings; give them "
+                "different seeds or options"
+            )
+        seen[settings] = job.name
+    schemes = sorted({job.config["pos_name"] for job in study.jobs})
+    if study.baseline is not None and study.baseline not in schemes:
+        raise ConfigError(
+            f"{study.source.name}: baseline {study.baseline!r} is no scheme of its jobs; "
+            f"choose one of: {', '.join(schemes)}"
+        )

@@ -4,15 +4,29 @@ status.json), and every job without a result with the command that resumes it.""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 from poslab.errors import ConfigError
+from poslab.study.cost import job_cost
 from poslab.study.folders import checkpoint_step, job_status
 from poslab.study.plan import Plan
 
 RESULT = Path("extrapolation") / "extrapolation.json"
+
+
+def flops_per_token(planned: Any, run: Path, plan: dict[str, Any]) -> float:
+    """The job's training FLOPs per token with the vocabulary its run really had (the plan
+    assumed the recipe's figure; a capped or smaller corpus has fewer words)."""
+    try:
+        vocab = json.loads((run / RESULT).read_text())[0]["vocab_size"]
+    except (OSError, ValueError, LookupError, TypeError):
+        return planned.cost.train_flops_per_token
+    config = planned.job.config
+    actual = {**config, "data": {**config["data"], "vocab_size": vocab}}
+    return job_cost(actual, {**plan, "vocab_size": vocab}).train_flops_per_token
 
 
 def missing_section(missing: list[tuple[str, str]], total: int, resume: str) -> str:
@@ -35,6 +49,8 @@ def write_report(
         entry = state["jobs"].get(name, {})
         if status.get("status") == "completed" and (run / RESULT).is_file():
             finished.append(run)
+        elif status.get("status") == "completed":
+            missing.append((name, f"completed, but {run / RESULT} is missing"))
         else:
             step = checkpoint_step(run)
             why = entry.get("why") or ("not started" if not status else status.get("status"))
@@ -42,7 +58,7 @@ def write_report(
             missing.append((name, f"{why}{where}"))
         rate = status.get("train_tokens_per_s_median")
         mfu = (
-            rate * planned.cost.train_flops_per_token / plan.rate
+            rate * flops_per_token(planned, run, study.plan) / plan.rate
             if rate and state.get("launcher") == "local"
             else None
         )
@@ -118,6 +134,11 @@ def _compare(runs: list[Path], out: Path, name: str, baseline: str | None) -> st
     except ConfigError as err:
         if baseline is None or "--baseline" not in str(err):
             raise
-        print(f"the baseline row {baseline!r} has not finished: no paired differences yet")
+        # the recipe's baseline names a scheme (checked before any work); its row is missing
+        # because none of its jobs finished, or because its rows carry options in their labels
+        print(
+            f"no paired differences: {str(err).split('; ', 1)[-1]} (the baseline {baseline!r} "
+            "is not one of them: its jobs have not finished, or its rows differ in options)"
+        )
         compare(runs, out, title=title, rename=names)
     return (out / "comparison.md").read_text()
