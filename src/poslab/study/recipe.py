@@ -86,13 +86,7 @@ def load_study(recipe: str) -> Study:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path} must be a mapping with the keys {', '.join(sorted(TOP_KEYS))}")
-    unknown = sorted(set(raw) - TOP_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{path}: {unknown[0]!r} is not a study key; use {', '.join(sorted(TOP_KEYS))}"
-        )
+    _only_known(path, "the study", raw, TOP_KEYS)
     experiment = raw.get("experiment")
     if not isinstance(experiment, str) or not experiment:
         raise ConfigError(f"{path}: `experiment:` must name a conf/experiment/ recipe")
@@ -105,18 +99,8 @@ def load_study(recipe: str) -> Study:
         raise ConfigError(f"{path}: two jobs are named {twice[0]!r}; job names must differ")
     reference = raw.get("reference") or {}
     given_plan = raw.get("plan") or {}
-    for key, node, known in (
-        ("plan", given_plan, set(PLAN_DEFAULTS)),
-        ("reference", reference, REFERENCE_KEYS),
-    ):
-        if not isinstance(node, dict):
-            raise ConfigError(f"{path}: `{key}:` must be a mapping")
-        unknown_keys = sorted(set(node) - known)
-        if unknown_keys:
-            raise ConfigError(
-                f"{path}: {key}.{unknown_keys[0]} is not a {key} key; use "
-                + ", ".join(sorted(known))
-            )
+    _only_known(path, "plan", given_plan, set(PLAN_DEFAULTS))
+    _only_known(path, "reference", reference, REFERENCE_KEYS)
     baseline = raw.get("baseline")
     if baseline is not None and not isinstance(baseline, str):
         raise ConfigError(f"{path}: `baseline:` must name a scheme (pos=) of the jobs, e.g. rope")
@@ -131,6 +115,18 @@ def load_study(recipe: str) -> Study:
         reference=reference,
         plan=plan,
     )
+
+
+def _only_known(path: Path, where: str, node: Any, known: set[str]) -> None:
+    """A mapping with none but the `known` keys: a typo is an error, not a default used."""
+    if not isinstance(node, dict):
+        raise ConfigError(f"{path}: {where} must be a mapping of {', '.join(sorted(known))}")
+    unknown = sorted(set(node) - known)
+    if unknown:
+        prefix = "" if where == "the study" else f"{where}."
+        raise ConfigError(
+            f"{path}: {prefix}{unknown[0]} is not a key of {where}; use {', '.join(sorted(known))}"
+        )
 
 
 def _value_text(value: Any) -> str:
