@@ -4,6 +4,7 @@ offset, a table's end, strides, bf16 against fp32, eval.max_tokens; eval.py's ta
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import SCHEMES, eval_cfg, run_in_process, score_checkpoint
@@ -156,3 +157,40 @@ def test_max_tokens_values():
     assert scored_token_cap("auto", None) is None
     assert scored_token_cap("auto", 10**7) == 10**7
     assert scored_token_cap("auto", 10) == poslab.evaluation.run.AUTO_MIN_TOKENS
+
+
+def test_a_length_the_scored_tokens_cannot_fill_is_skipped_never_ok(trained_runs):
+    """eval.lengths=[32,1000000] once gave an `ok` row at 1,000,000 from 1,859 tokens."""
+    ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"
+    rows = score_checkpoint(ckpt, eval_cfg(max_tokens=200, lengths=[16, 1000000]))
+    by_length = {r["length"]: r for r in rows}
+    assert by_length[16]["status"] == "ok" and by_length[16]["tokens"] > 0
+    far = by_length[1000000]
+    assert re.fullmatch(
+        r"skipped: the 1\d\d scored tokens hold 0 full windows of 1,000,000 \(at least 4\); "
+        r"raise eval.max_tokens or use a longer split",
+        far["status"],
+    ), far["status"]
+    assert "tokens" not in far and "ppl" not in far
+
+
+@pytest.mark.parametrize("length", [1, 7, 16, 100])
+def test_the_window_minimum_counts_the_windows_the_scorer_makes(length):
+    from poslab.evaluation.perplexity import MIN_FULL_WINDOWS, make_windows, too_few_windows
+
+    for num_tokens in range(2, 6 * length + 3):
+        full = sum(w.length == length for w in make_windows(num_tokens, length, "nonoverlapping"))
+        assert (too_few_windows(num_tokens, length) is None) == (full >= MIN_FULL_WINDOWS)
+
+
+def test_eval_py_never_writes_into_a_training_runs_own_results(
+    trained_runs, tmp_path, monkeypatch, capfd
+):
+    from processes import folder_digest
+
+    run, _ = trained_runs["alibi"]
+    before = folder_digest(run / "extrapolation")
+    result = run_in_process("eval", [f"run={run}", f"out_dir={run}"], tmp_path, monkeypatch, capfd)
+    assert result.returncode == 2
+    assert f"error: out_dir={run} is a training run's folder" in result.stderr
+    assert folder_digest(run / "extrapolation") == before

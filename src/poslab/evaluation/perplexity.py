@@ -109,6 +109,23 @@ def make_windows(
         end = min(end + stride, last)
 
 
+# a length is scored over a split only when the split holds at least this many full windows of
+# it: one window (or part of one) is a single context, not a perplexity at that length, and
+# reading it as one gave a row at 1,000,000 tokens from 1,859 (issue #43)
+MIN_FULL_WINDOWS = 4
+
+
+def too_few_windows(num_tokens: int, length: int) -> str | None:
+    """Why a split of `num_tokens` tokens cannot be scored at `length` (None: it can)."""
+    full = (num_tokens - 1) // length
+    if full >= MIN_FULL_WINDOWS:
+        return None
+    return (
+        f"the {num_tokens:,} scored tokens hold {full} full window{'s' if full != 1 else ''} of "
+        f"{length:,} (at least {MIN_FULL_WINDOWS}); raise eval.max_tokens or use a longer split"
+    )
+
+
 def default_batch_tokens(device: torch.device) -> int:
     """Tokens per forward pass when eval.batch_size is null: enough to keep a GPU busy; on a CPU
     small enough that activations stay in cache (measured fastest on 2 cores)."""

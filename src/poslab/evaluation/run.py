@@ -18,7 +18,7 @@ from poslab.data.cache import TokenCache
 from poslab.data.tokens import EOS, TokenizedSplit
 from poslab.errors import ConfigError
 from poslab.evaluation.files import default_out_dir, report_rows
-from poslab.evaluation.perplexity import score
+from poslab.evaluation.perplexity import score, too_few_windows
 from poslab.evaluation.plan import EvalPlan, plan_checkpoint, resolved
 from poslab.evaluation.tables import NO_DOCUMENT, metric_name
 from poslab.evaluation.tasks import evaluate_task_plan
@@ -102,8 +102,11 @@ def evaluate_text(
         for length in plan.lengths:
             # max_tokens: the token cap that cut the split (None: the whole split)
             row = text_row(plan, mode, length, split=eval_cfg.split, max_tokens=cap)
-            if length in unsupported:
-                rows.append({**row, "status": f"skipped: {unsupported[length]}"})
+            why = unsupported.get(length) or too_few_windows(len(split.ids), length)
+            if why:
+                if mode == eval_cfg.modes[0]:
+                    log.info("%s L=%d: skipped: %s", row["scheme"], length, why)
+                rows.append({**row, "status": f"skipped: {why}"})
                 continue
             rows.append(score_row(plan, split, row))
     return rows, f"{plan.row_name()[0]}: perplexity vs evaluation length"
@@ -311,6 +314,20 @@ def score_row(
     return row
 
 
+def check_out_dir(out_dir: Any) -> None:
+    """An out_dir that is a training run's folder would replace that run's own results
+    (extrapolation/, evaluated_run.json: what compare.py and runs.py read): refused."""
+    if not out_dir:
+        return
+    folder = Path(str(out_dir)).expanduser()
+    if (folder / "status.json").is_file() or (folder / "checkpoints").is_dir():
+        raise ConfigError(
+            f"out_dir={out_dir} is a training run's folder: its extrapolation/ is the run's own "
+            "result; leave out_dir out (a new extrapolation-<time>/ goes beside it) or pass "
+            "another folder"
+        )
+
+
 def run_eval(cfg: DictConfig) -> list[dict]:
     """Entry point of eval.py: pick the checkpoint, evaluate, optionally log to W&B."""
     hf = cfg.get("hf")
@@ -319,6 +336,7 @@ def run_eval(cfg: DictConfig) -> list[dict]:
             "pass exactly one of ckpt=PATH (a .ckpt file), run=RUN_DIR or hf=MODEL (a Hugging "
             "Face hub id or a folder saved with save_pretrained)"
         )
+    check_out_dir(cfg.out_dir)
     if hf:
         return run_pretrained_eval(cfg)
     if cfg.get("data") is not None:  # a checkpoint is scored on what it was trained on
