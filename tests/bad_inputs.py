@@ -86,6 +86,16 @@ TRAIN_BAD = [
     train_case("pos=learned", "+eval.pos_overrides.max_positions=8", expected="eval.pos_overrides"),
     train_case("trainer.max_steps=0", expected="trainer.max_steps=0"),
     train_case("trainer.precision=bf17", expected="trainer.precision=bf17"),
+    # Lightning trained bf16-mixed with a warning while the log and config said 16-mixed (#43)
+    train_case(
+        "trainer.precision=16-mixed",
+        "trainer.accelerator=cpu",
+        expected="trainer.precision=16-mixed (fp16 autocast) trains on CUDA GPUs only",
+    ),
+    # keys the schema did not cover (#43): accepted without a word
+    train_case("model.bias=maybe", expected="model.bias=maybe must be true or false"),
+    train_case("model.scale_embeddings=2", expected="model.scale_embeddings=2 must be true or"),
+    train_case("data.word_level=maybe", expected="data.word_level=maybe must be true or false"),
     train_case("data.seq_len=0", expected="data.seq_len=0"),
     train_case("data.batch_size=0", expected="data.batch_size=0"),
     train_case("model.d_model=33", expected="model.d_model=33 is not divisible by model.n_head"),

@@ -90,6 +90,9 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "model.d_model": integer(1),
     "model.d_ff": integer(1, null=True),
     "model.dropout": number(ge=0, lt=1),
+    "model.bias": boolean(),
+    "model.scale_embeddings": boolean(),
+    "data.word_level": boolean(),
     "trainer.max_steps": integer(1),
     "trainer.val_check_interval": integer(1),
     "trainer.limit_val_batches": val_batches,
@@ -243,6 +246,16 @@ def _check_model(config: dict[str, Any]) -> tuple[Any, Any]:
     kernel = instantiate_checked(attention_config(config))
     kernel.check(scheme, gpt_config.dropout)
     accelerator = str(config["trainer"].get("accelerator", "auto"))
+    if (
+        str(config["trainer"].get("precision")) == "16-mixed"
+        and device_type_of(accelerator) == "cpu"
+    ):
+        # Lightning would train bf16-mixed instead, with a warning, while the run's log and
+        # saved config said 16-mixed (issue #43)
+        raise ConfigError(
+            "trainer.precision=16-mixed (fp16 autocast) trains on CUDA GPUs only, and this run "
+            "trains on the CPU; use bf16-mixed, 32-true or auto"
+        )
     if not kernel.trains_on_cpu and device_type_of(accelerator) != "cuda":
         raise ConfigError(
             f"attention={kernel.name} trains on CUDA GPUs only (FlexAttention has no backward "
