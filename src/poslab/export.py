@@ -236,7 +236,7 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
 
     from transformers import AutoModelForCausalLM
 
-    from poslab.build import load_checkpoint
+    from poslab.build import load_checkpoint, read_checkpoint
     from poslab.data.cache import TokenCache
     from poslab.evaluation.run import checkpoint_of_run
 
@@ -250,8 +250,14 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
             f"{run} was trained on a generated task (data={config['data'].get('name')}), whose "
             "tokens have no text tokenizer; export a run trained on a corpus"
         )
-    overrides = {"path": data_path} if data_path else {}
-    tokenizer = TokenCache.from_config(config["data"], **overrides).tokenizer()
+    record = read_checkpoint(ckpt).get("tokenizer")
+    if record:  # the run's own tokenizer, never one retrained on a corpus that changed since
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_str(record["json"])
+    else:  # a checkpoint older than the record
+        overrides = {"path": data_path} if data_path else {}
+        tokenizer = TokenCache.from_config(config["data"], **overrides).tokenizer()
     created = not out.exists()
     try:
         export_hf(model, config, tokenizer, out)

@@ -84,6 +84,9 @@ class LanguageModel(L.LightningModule):
         self.learning_target: float | None = None
         self._matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}
         self._last_step_time: float | None = None
+        # the run's tokenizer (TokenCache.tokenizer_record), kept in every checkpoint: evaluation
+        # scores with it, never with one retrained on a corpus that may have changed
+        self.tokenizer_record: dict[str, Any] | None = None
         # every step's tokens/s of this process (validations left out): the run's median is
         # its throughput in status.json (poslab.study reports MFU from it)
         self.step_rates: list[float] = []
@@ -194,6 +197,8 @@ class LanguageModel(L.LightningModule):
             "steps_to_learn": self.steps_to_learn,
             "target": self.learning_target,
         }
+        if self.tokenizer_record is not None:
+            checkpoint["tokenizer"] = self.tokenizer_record
         logger = self.logger if self._trainer is not None else None
         if logger is not None and type(logger).__name__ == "WandbLogger":
             checkpoint["wandb_run_id"] = logger.version

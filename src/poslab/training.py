@@ -363,6 +363,11 @@ def _set_up(cfg: DictConfig, out: Path, resume: Resume | None, max_steps: int) -
     L.seed_everything(cfg.seed, workers=True)
     logger = build_logger(config, out, wandb_id=resume.wandb_id if resume else None)
     module = LanguageModel(config, vocab_size)
+    cache = getattr(datamodule, "cache", None)  # a generated task has no tokenizer
+    if cache is not None:
+        module.tokenizer_record = cache.tokenizer_record()
+        if is_main_process():
+            (out / "tokenizer.json").write_text(module.tokenizer_record["json"])
     log.info(
         "pos=%s model=%s: %.2fM non-embedding parameters, vocab %d, seq_len %d",
         cfg.pos_name,

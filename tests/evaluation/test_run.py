@@ -194,3 +194,50 @@ def test_eval_py_never_writes_into_a_training_runs_own_results(
     assert result.returncode == 2
     assert f"error: out_dir={run} is a training run's folder" in result.stderr
     assert folder_digest(run / "extrapolation") == before
+
+
+def _changed_train_text(corpus, folder):
+    """A copy of the corpus whose train.txt gained lines of new words at its top: a tokenizer
+    retrained on it gives other ids (and the same validation text)."""
+    from conftest import copy_corpus
+
+    other = copy_corpus(corpus, folder)
+    lines = "".join(f" zq{i} zr{i} zs{i} the .\n" for i in range(300))
+    (other / "train.txt").write_text(lines + (other / "train.txt").read_text())
+    return other
+
+
+def test_a_run_is_scored_with_its_own_tokenizer_whatever_the_corpus_gives_now(
+    trained_runs, corpus, tmp_path
+):
+    """eval.py run=RUN data_path=OTHER (the same valid.txt, another train.txt) once scored a
+    retrained tokenizer's ids: ppl 137.77 against the run's 88.58, exit code 0 (issue #43)."""
+    from poslab.evaluation.run import evaluate_text, plan_checkpoint
+
+    run, _ = trained_runs["rope"]
+    ckpt = run / "checkpoints" / "best.ckpt"
+    own = json.loads((run / "extrapolation" / "extrapolation.json").read_text())
+    other = _changed_train_text(corpus, tmp_path / "other")
+    cfg = eval_cfg(factors=[1, 2, 4], modes=["nonoverlapping", "sliding"])
+    rows, _ = evaluate_text(plan_checkpoint(ckpt, cfg), None, str(other))
+    assert [r["ppl"] for r in rows] == pytest.approx([r["ppl"] for r in own], rel=1e-6)
+    # the run keeps its tokenizer beside its checkpoints, as the checkpoints hold it
+    from poslab.build import read_checkpoint
+
+    assert read_checkpoint(ckpt)["tokenizer"]["json"] == (run / "tokenizer.json").read_text()
+
+
+def test_a_validation_text_changed_in_place_is_refused_unless_asked_for(corpus, tmp_path):
+    from conftest import copy_corpus, train_in_process
+
+    from poslab.evaluation.run import evaluate_text, plan_checkpoint
+
+    mine = copy_corpus(corpus, tmp_path / "corpus")
+    train_in_process("nope", mine, tmp_path / "run", ["eval.after_train=false"])
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    valid = mine / "valid.txt"
+    valid.write_text(" the extra line .\n" + valid.read_text())
+    with pytest.raises(ConfigError, match=f"the validation text {valid} changed since this run"):
+        evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, None)
+    rows, _ = evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, str(mine))
+    assert rows[0]["status"] == "ok"  # data_path= asks for the new text

@@ -112,6 +112,10 @@ def _source_identity(hub_id: str | None, hub_config: str | None, path: str | Non
     }
 
 
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class TokenCache:
     """Token ids and tokenizer of one corpus under one tokenizer setting, on disk."""
 
@@ -125,7 +129,11 @@ class TokenCache:
         vocab_size: int | None = None,
         valid_fraction: float = 0.0,
         cache_dir: str = ".cache/poslab",
+        tokenizer_json: str | None = None,
     ) -> None:
+        """`tokenizer_json`: a tokenizer saved by a run (its JSON), used as it is instead of
+        one trained on the train split: the ids a checkpoint was trained with, whatever the
+        train text is now (a cache folder of its own)."""
         check_tokenizer(tokenizer, vocab_size)
         _check_cache_dir(cache_dir)
         self.settings = dict(
@@ -143,9 +151,11 @@ class TokenCache:
                 "tokenizer": tokenizer,
                 "vocab_size": vocab_size,
                 "valid_fraction": valid_fraction,
+                **({"given_tokenizer": text_sha256(tokenizer_json)} if tokenizer_json else {}),
             },
             sort_keys=True,
         )
+        self.tokenizer_json = tokenizer_json
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         self.cache_dir = str(Path(cache_dir).expanduser())
         self.folder = Path(self.cache_dir) / f"{name}-{tokenizer}-{digest}"
@@ -173,7 +183,12 @@ class TokenCache:
         corpus = load_corpus(
             s["hub_id"], s["hub_config"], s["path"], self.cache_dir, s["valid_fraction"]
         )
-        tokenizer = train_tokenizer(corpus.lines["train"], s["tokenizer"], s["vocab_size"])
+        if self.tokenizer_json is not None:
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_str(self.tokenizer_json)
+        else:
+            tokenizer = train_tokenizer(corpus.lines["train"], s["tokenizer"], s["vocab_size"])
         self.folder.mkdir(parents=True, exist_ok=True)
         _atomic_save(self.folder / "tokenizer.json", lambda p: tokenizer.save(p))
         # ids, not the count of entries: the trainer may leave a gap (a special token that is
@@ -298,3 +313,10 @@ class TokenCache:
 
         self.meta()
         return Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+
+    def tokenizer_record(self) -> dict[str, Any]:
+        """What a run keeps of its tokenizer (in its checkpoints and its folder): the JSON, its
+        hash, and the corpus files it was built from (path and sha256 of each split)."""
+        meta = self.meta()  # built first
+        text = (self.folder / "tokenizer.json").read_text()
+        return {"json": text, "sha256": text_sha256(text), "inputs": meta.get("inputs")}

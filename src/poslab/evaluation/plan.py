@@ -39,6 +39,9 @@ class EvalPlan:
     task: Any = None  # the generated task a task checkpoint is scored on
     models: dict[int, Any] = field(default_factory=dict)  # length -> model
     model_config: dict[str, Any] | None = None  # the config the models were built from
+    # the run's tokenizer and the corpus files it was built from (None: a checkpoint older than
+    # the record, or a generated task)
+    tokenizer_record: dict[str, Any] | None = None
     device: torch.device | None = None
     precision: str | None = None
     # a task checkpoint: {"steps_to_learn", "target"} (poslab.callbacks.LearningSpeed) and the
@@ -130,6 +133,7 @@ def load_models(plan: EvalPlan, checkpoint: dict[str, Any]) -> None:
             built[key] = model_from_checkpoint(checkpoint, plan.ckpt, plan.overrides_at[length])
     plan.models = {n: built[repr(plan.overrides_at[n])][0] for n in plan.lengths}
     plan.model_config = next(iter(built.values()))[1]
+    plan.tokenizer_record = checkpoint.get("tokenizer")
     if plan.is_task:
         plan.learning = {
             **(checkpoint.get("learning") or {}),

@@ -231,9 +231,23 @@ def scored_split(
 
 def checked_cache(plan: EvalPlan, cache: TokenCache | None, data_path: str | None) -> TokenCache:
     """The token cache (tokens and tokenizer) of the corpus the run trained on, or of
-    `data_path`, checked to have the checkpoint's vocabulary."""
+    `data_path`, checked to have the checkpoint's vocabulary. A run that recorded its tokenizer
+    is scored with that one: a tokenizer retrained on a train text that changed (or on another
+    corpus's) would give other ids to the same words, and other numbers with exit code 0."""
     overrides = {"path": data_path} if data_path else {}
     cache = cache or TokenCache.from_config(plan.model_config["data"], **overrides)
+    record = plan.tokenizer_record
+    if record:
+        check_scored_text(plan, cache, data_path, record)
+        if cache.tokenizer_record()["sha256"] != record["sha256"]:
+            log.info(
+                "the corpus at %s gives another tokenizer than the run's (its train text "
+                "changed, or it is another corpus): scoring with the run's own tokenizer",
+                cache.settings["path"] or cache.settings["hub_id"],
+            )
+            cache = TokenCache.from_config(
+                plan.model_config["data"], **overrides, tokenizer_json=record["json"]
+            )
     cache_vocab = cache.meta()["vocab_size"]
     model_vocab = plan.models[plan.lengths[0]].config.vocab_size
     if cache_vocab != model_vocab:
@@ -243,6 +257,31 @@ def checked_cache(plan: EvalPlan, cache: TokenCache | None, data_path: str | Non
             "trained on (data_path=) with the same tokenizer settings"
         )
     return cache
+
+
+def check_scored_text(
+    plan: EvalPlan, cache: TokenCache, data_path: str | None, record: dict[str, Any]
+) -> None:
+    """The split to score is the text the run recorded, unless data_path= asks for another
+    corpus (then the log says the text differs)."""
+    split = plan.eval_cfg.split
+    recorded = ((record.get("inputs") or {}).get("files") or {}).get(split)
+    current = (cache.current_inputs() or {}).get(split)
+    if not recorded or not current or recorded["sha256"] == current["sha256"]:
+        return
+    if data_path:
+        log.info(
+            "data_path=%s: its %s text is not the one the run recorded (%s): scoring it as asked",
+            data_path,
+            split,
+            recorded["path"],
+        )
+        return
+    raise ConfigError(
+        f"the {split} text {current['path']} changed since this run trained on it; to score "
+        f"the new text pass data_path={Path(current['path']).parent} (the run's tokenizer is "
+        "used either way)"
+    )
 
 
 def pretrained_split(plan: EvalPlan, data_path: str | None) -> tuple[TokenizedSplit, int | None]:
