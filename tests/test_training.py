@@ -243,3 +243,19 @@ def test_checkpoints_never_pass_through_tmpdir(corpus, tmp_path, monkeypatch):
     train(corpus, tmp_path / "run", "trainer.max_steps=10")
     assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     assert not list((tmp_path / "run").rglob("*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["eval.modes=[nonoverlapping,sliding]", "eval.split=test", "eval.documents={docs}"],
+)
+def test_corpus_only_evaluation_options_on_a_task_run_are_refused_before_training(tmp_path, option):
+    """eval.py refused them on a task checkpoint; train.py took them without a word (#43)."""
+    from poslab.validate import check_run_config
+
+    (tmp_path / "docs.txt").write_text("a long document of words\n")
+    option = option.format(docs=tmp_path / "docs.txt")
+    tiny = [o for o in TINY if not o.startswith(("data.", "eval."))]
+    cfg = compose_train(["data=passkey", "data.seq_len=32", *tiny, option], tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(f"{option}: this run trains on a generated")):
+        check_run_config(cfg)

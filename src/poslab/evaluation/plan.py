@@ -195,6 +195,9 @@ def check_before_training(
     the scheme must represent, with the scheme the evaluation uses at its longest length."""
     eval_cfg = resolved(OmegaConf.create(config["eval"]))
     check_eval_config(eval_cfg)  # a typo fails now, not after training
+    unused = corpus_options_set(eval_cfg) if task is not None else []
+    if unused:  # eval.py refuses them on a task checkpoint; training took them without a word
+        raise ConfigError(task_options_error("this run", config, unused))
     plan = plan_lengths(eval_cfg, config, task=task)
     train_length = plan.train_length
     overrides = plan.overrides_at[plan.lengths[-1]]
@@ -265,7 +268,8 @@ def corpus_options_set(eval_cfg: Any) -> list[str]:
 def task_options_error(ckpt: str | Path, trained: dict, unused: list[str]) -> str:
     name = trained["data"].get("name") or "a task"
     return (
-        f"{', '.join(unused)}: {ckpt} was trained on a generated task (data={name}), which is "
+        f"{', '.join(unused)}: {ckpt} {'trains' if ckpt == 'this run' else 'was trained'} on a "
+        f"generated task (data={name}), which is "
         "scored on fresh examples (eval.task_examples per length), each in one forward pass from "
         "position 0, not by windows over a corpus split; leave "
         f"{'this option' if len(unused) == 1 else 'these options'} out"
