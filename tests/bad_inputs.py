@@ -92,6 +92,8 @@ TRAIN_BAD = [
         "trainer.accelerator=cpu",
         expected="trainer.precision=16-mixed (fp16 autocast) trains on CUDA GPUs only",
     ),
+    # trained 0 steps, then failed in the evaluation with eval.py's advice (#43)
+    train_case("+trainer.limit_train_batches=0", expected="trainer.limit_train_batches=0 must be"),
     # keys the schema did not cover (#43): accepted without a word
     train_case("model.bias=maybe", expected="model.bias=maybe must be true or false"),
     train_case("model.scale_embeddings=2", expected="model.scale_embeddings=2 must be true or"),

@@ -259,3 +259,17 @@ def test_corpus_only_evaluation_options_on_a_task_run_are_refused_before_trainin
     cfg = compose_train(["data=passkey", "data.seq_len=32", *tiny, option], tmp_path)
     with pytest.raises(ConfigError, match=re.escape(f"{option}: this run trains on a generated")):
         check_run_config(cfg)
+
+
+def test_an_eval_split_the_corpus_lacks_is_refused_before_training(corpus, tmp_path):
+    """eval.split=test on a corpus without test.txt trained first, then stopped (#43)."""
+    import shutil
+
+    two = tmp_path / "corpus"
+    two.mkdir()
+    for name in ("train.txt", "valid.txt"):
+        shutil.copy(corpus / name, two / name)
+    cfg = compose_train([f"data.path={two}", *TINY, "eval.split=test"], tmp_path / "run")
+    with pytest.raises(ConfigError, match="eval.split=test: the corpus has no test split"):
+        run_training(cfg)
+    assert not (tmp_path / "run" / "checkpoints").exists()

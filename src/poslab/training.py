@@ -358,6 +358,7 @@ def _set_up(cfg: DictConfig, out: Path, resume: Resume | None, max_steps: int) -
     config["trainer"]["precision"] = _run_precision(cfg, resume)
     datamodule = instantiate_checked(cfg.data, seed=cfg.seed)
     vocab_size = datamodule.vocab_size  # reads (or builds) the token cache: corpus errors here
+    _check_eval_split(cfg, getattr(datamodule, "cache", None))
     if is_main_process():
         claim_run_folder(out)  # every check passed: from here on, the run writes its folder
     L.seed_everything(cfg.seed, workers=True)
@@ -381,6 +382,19 @@ def _set_up(cfg: DictConfig, out: Path, resume: Resume | None, max_steps: int) -
     log.info("torch threads: %d (OMP_NUM_THREADS sets it)", torch.get_num_threads())
     trainer, best, last = _build_trainer(cfg, config, out, max_steps, logger)
     return _Run(config, datamodule, logger, module, trainer, best, last)
+
+
+def _check_eval_split(cfg: DictConfig, cache: Any) -> None:
+    """The split the evaluation after training scores exists, known once the corpus is read:
+    before training, not after it (#43)."""
+    if cache is None or not cfg.eval.after_train or cfg.eval.get("documents"):
+        return
+    splits = sorted(cache.meta()["splits"])
+    if cfg.eval.split not in splits:
+        raise ConfigError(
+            f"eval.split={cfg.eval.split}: the corpus has no {cfg.eval.split} split (it has "
+            f"{', '.join(splits)}); choose one of those, or add its file to data.path"
+        )
 
 
 def _run_precision(cfg: DictConfig, resume: Resume | None) -> str:

@@ -96,6 +96,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "trainer.max_steps": integer(1),
     "trainer.val_check_interval": integer(1),
     "trainer.limit_val_batches": val_batches,
+    "trainer.limit_train_batches": val_batches,  # 0 trained nothing, then failed in eval
     "trainer.gradient_clip_val": number(ge=0, null=True),
     "trainer.accumulate_grad_batches": integer(1),
     "trainer.log_every_n_steps": integer(1),
