@@ -287,3 +287,15 @@ def test_real_wikitext2_word_level_matches_the_standard_counts(tmp_path):
     assert meta["splits"]["validation"]["tokens"] == 217646
     assert meta["splits"]["test"]["tokens"] == 245569
     assert meta["splits"]["validation"]["bytes"] == (WIKITEXT2 / "valid.txt").stat().st_size
+
+
+def test_a_token_file_cut_short_is_rebuilt_not_a_traceback(corpus, tmp_path):
+    """validation.ids.npy cut to 1,000 bytes gave a 75-line trace ending in `mmap length is
+    greater than file size` (#43); a cut meta.json was already rebuilt."""
+    cache = TokenCache("toy", path=str(corpus), cache_dir=str(tmp_path))
+    before = np.array(cache.split("validation").ids)
+    ids = cache.folder / "validation.ids.npy"
+    ids.write_bytes(ids.read_bytes()[:1000])
+    again = TokenCache("toy", path=str(corpus), cache_dir=str(tmp_path))
+    assert np.array_equal(np.array(again.split("validation").ids), before)
+    assert ids.stat().st_size > 1000

@@ -305,8 +305,29 @@ class TokenCache:
                 f"the corpus has no {split!r} split (has {sorted(meta['splits'])}); "
                 "pick another split"
             )
-        arrays = [np.load(self._file(split, f), mmap_mode="r") for f in ("ids", "words", "bytes")]
+        try:
+            arrays = self._arrays(split, meta)
+        except (ValueError, OSError) as err:  # a file cut short or damaged since it was built
+            log.warning(
+                "rebuilding the token cache %s: its %s split is damaged (%s)",
+                self.folder,
+                split,
+                err,
+            )
+            with _exclusive_lock(self.lock_file, self.folder):
+                (self.folder / "meta.json").unlink(missing_ok=True)  # incomplete now
+                self.build()
+            self._meta = None
+            arrays = self._arrays(split, self.meta())
         return TokenizedSplit(*arrays)
+
+    def _arrays(self, split: str, meta: dict) -> list[np.ndarray]:
+        """The split's ids, words and bytes, each as long as meta.json says (else ValueError)."""
+        arrays = [np.load(self._file(split, f), mmap_mode="r") for f in ("ids", "words", "bytes")]
+        expected = meta["splits"][split]["tokens"]
+        if any(len(a) != expected for a in arrays):
+            raise ValueError(f"{[len(a) for a in arrays]} tokens where meta.json says {expected}")
+        return arrays
 
     def tokenizer(self) -> Any:
         from tokenizers import Tokenizer
