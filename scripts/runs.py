@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from poslab.arguments import OneLineParser
+from poslab.arguments import OneLineParser, at_least
 from poslab.errors import ConfigError, exit_on_config_error
 
 
@@ -21,7 +21,7 @@ from poslab.errors import ConfigError, exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog="scripts/runs.py", description=__doc__)
     parser.add_argument("folder", nargs="?", type=Path, default=Path("outputs"))
-    parser.add_argument("--last", type=int, default=None, help="only the N newest runs")
+    parser.add_argument("--last", type=at_least(1), default=None, help="only the N newest runs")
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         raise ConfigError(f"{args.folder} is not a folder; pass the folder that holds runs")

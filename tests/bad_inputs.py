@@ -84,6 +84,11 @@ TRAIN_BAD = [
     train_case("eval.modes=[foo]", expected="eval.modes=[foo]"),
     train_case("+eval.pos_overrides.max_positions=8", expected="eval.pos_overrides.max_positions"),
     train_case("pos=learned", "+eval.pos_overrides.max_positions=8", expected="eval.pos_overrides"),
+    # a documented mapping option without its + was "no such key" (#43): it exists
+    train_case(
+        "eval.pos_overrides={beyond_table:clamp}",
+        expected="eval.pos_overrides takes a mapping of new keys; write it with a leading +",
+    ),
     train_case("trainer.max_steps=0", expected="trainer.max_steps=0"),
     train_case("trainer.precision=bf17", expected="trainer.precision=bf17"),
     # Lightning trained bf16-mixed with a warning while the log and config said 16-mixed (#43)

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, compose_train, make_corpus, train_in_process
 
 from poslab.console import progress_bar_setting, quiet_libraries
@@ -157,3 +158,18 @@ def test_the_listing_counts_every_evaluation_of_a_run(tmp_path):
     (runs,) = find_runs(tmp_path)
     assert runs.evaluations == ["extrapolation", "extrapolation-2026-11-26_10-00-00-yarn"]
     assert runs.cells(tmp_path)[10] == "2"
+
+
+@pytest.mark.parametrize("last", ["-3", "0"])
+def test_runs_py_refuses_a_count_of_runs_below_one(last, tmp_path):
+    """`runs.py DIR --last -3` listed nothing with exit code 0 (#43)."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "runs.py"), str(tmp_path), "--last", last],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"error: argument --last: must be ≥ 1 (got {last}); see python scripts/runs.py --help"
+    )

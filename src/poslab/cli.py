@@ -409,6 +409,11 @@ def hydra_error_line(err: BaseException) -> str:
     appended = re.search(r"Could not override '([^']+)'.*use (\+\S+)", message, re.S)
     if appended and "not in struct" in str(err.__cause__):
         key, add = appended.groups()
+        full = re.search(r"full_key: (\S+)", str(err.__cause__))
+        if full and full.group(1).startswith(key + "."):
+            # the option exists and takes a mapping (eval.pos_overrides, pos.options): its keys
+            # are new ones, which Hydra adds only with a leading +
+            return f"{key} takes a mapping of new keys; write it with a leading +: {add}"
         return (
             f"{key}: there is no such key; check the spelling (to add a new key on purpose: {add})"
         )
