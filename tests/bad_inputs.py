@@ -86,7 +86,7 @@ TRAIN_BAD = [
     train_case("pos=learned", "+eval.pos_overrides.max_positions=8", expected="eval.pos_overrides"),
     # a documented mapping option without its + was "no such key" (#43): it exists
     train_case(
-        "eval.pos_overrides={beyond_table:clamp}",
+        "eval.pos_overrides={{beyond_table:clamp}}",
         expected="eval.pos_overrides takes a mapping of new keys; write it with a leading +",
     ),
     train_case("trainer.max_steps=0", expected="trainer.max_steps=0"),
