@@ -99,6 +99,17 @@ TRAIN_BAD = [
     ),
     # trained 0 steps, then failed in the evaluation with eval.py's advice (#43)
     train_case("+trainer.limit_train_batches=0", expected="trainer.limit_train_batches=0 must be"),
+    # options of a scheme no layer runs were ignored (#43)
+    train_case(
+        "pos=schedule",
+        "+pos.options={{alibi:{{learnable_slopes:true}}}}",
+        expected="pos.options.alibi: alibi is in no layer of pos.layers=[rope,nope]",
+    ),
+    # a single text file as data.path was told to "add valid.txt" (#43)
+    train_case(
+        "data.path={corpus}/train.txt",
+        expected="one text file is read as the train split only; set data.valid_fraction",
+    ),
     # keys the schema did not cover (#43): accepted without a word
     train_case("model.bias=maybe", expected="model.bias=maybe must be true or false"),
     train_case("model.scale_embeddings=2", expected="model.scale_embeddings=2 must be true or"),

@@ -83,7 +83,7 @@ def test_learned_exports_as_gpt2_without_biases(tmp_path):
     [
         ("alibi", [], "pos=alibi maps to no Hugging Face architecture; the schemes that export"),
         ("rope", ["--out", "{file}"], "is not an empty folder"),
-        ("nowhere", [], "has no checkpoints/best.ckpt"),
+        ("nowhere", [], "is not a run folder (no checkpoints/); pass a run folder or a .ckpt"),
     ],
     ids=["alibi", "out-not-empty", "no-checkpoint"],
 )

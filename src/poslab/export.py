@@ -240,7 +240,14 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
     from poslab.data.cache import TokenCache
     from poslab.evaluation.run import checkpoint_of_run
 
-    ckpt = run if run.suffix == ".ckpt" else checkpoint_of_run(run)
+    if run.suffix == ".ckpt":
+        ckpt = run
+    elif not (run / "checkpoints").is_dir():  # eval.py's advice (ckpt=PATH) is no option here
+        raise ConfigError(
+            f"{run} is not a run folder (no checkpoints/); pass a run folder or a .ckpt file"
+        )
+    else:
+        ckpt = checkpoint_of_run(run)
     model, config = load_checkpoint(ckpt)
     problem = export_problem(model, config)
     if problem:  # before the tokenizer is read (which may tokenize a corpus)

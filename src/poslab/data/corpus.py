@@ -188,7 +188,8 @@ def load_corpus(
     else:
         raise ConfigError("no corpus given: set data.path=DIR (or data.hub_id for the hub)")
     if "validation" not in corpus.lines:
-        _hold_out_validation(corpus, valid_fraction, prefix)
+        one_file = path is not None and Path(path).expanduser().is_file()
+        _hold_out_validation(corpus, valid_fraction, prefix, one_file)
     _check_every_split_has_words(corpus)
     return corpus
 
@@ -246,9 +247,18 @@ def _read_hub(hub_id: str, hub_config: str | None, cache_dir: str) -> Corpus:
     return Corpus(lines, inputs, names)
 
 
-def _hold_out_validation(corpus: Corpus, valid_fraction: float, prefix: str) -> None:
+def _hold_out_validation(
+    corpus: Corpus, valid_fraction: float, prefix: str, one_file: bool = False
+) -> None:
     """Make the last `valid_fraction` of train the validation split of a corpus that has none
     (renaming both splits for error messages); without a fraction, a ConfigError."""
+    if not 0.0 < valid_fraction < 1.0 and one_file:
+        # "add valid.txt" to a file would mislead (#43)
+        raise ConfigError(
+            f"{prefix}one text file is read as the train split only; set data.valid_fraction "
+            "(e.g. 0.05) to hold out its end for validation, or point data.path at the folder "
+            "of train.txt and valid.txt"
+        )
     if not 0.0 < valid_fraction < 1.0:
         raise ConfigError(
             "the corpus has no validation split; add valid.txt or set data.valid_fraction "

@@ -57,6 +57,12 @@ class Schedule(PositionalScheme):
             )
         configs = scheme_configs(train_length)
         options = dict(options or {})
+        unused = [name for name in options if name in configs and name not in layers]
+        if unused:  # options of a scheme no layer runs were ignored without a word (#43)
+            raise ConfigError(
+                f"pos.options.{unused[0]}: {unused[0]} is in no layer of pos.layers="
+                f"[{','.join(layers)}]; add it to pos.layers or drop its options"
+            )
         for name in [*layers, *options]:
             if name not in configs or name == "schedule":
                 known = ", ".join(n for n in configs if n != "schedule")
