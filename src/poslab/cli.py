@@ -59,6 +59,8 @@ from poslab.run_folder import (
 
 log = logging.getLogger(__name__)
 
+# eval.py's record in the folder it logs to, written when it is interrupted (and its next run)
+EVAL_STATUS = "eval_status.json"
 # the command line as the user typed it (before resume= rewrote it): sweeps print it back
 _ORIGINAL_ARGV: list[str] = []
 # run_app is the process's entry: a stopped job's exit ends the process
@@ -130,6 +132,9 @@ def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
         result = fn(cfg)
         if owns_folder and run_folder.claimed_folder() is None and is_main_process():
             _undo_refused(folder, fresh, logs, lock)  # it had nothing to do (a finished run)
+        if not owns_folder and (folder / EVAL_STATUS).is_file():
+            # an eval.py that ran again after an interruption: the record says it finished
+            _try(write_status, folder, "completed", name=EVAL_STATUS)
         return result
     except RunInterrupted as stop:
         _ignore_stop_signals()  # an impatient second Ctrl-C must not cut the report short
@@ -289,7 +294,7 @@ def _interrupted(
             f"stopped by {name} during the evaluation; no results were written; run the same "
             f"command again: {_command(_ORIGINAL_ARGV)}"
         )
-        _try(write_status, folder, "interrupted", name="eval_status.json", next=line)
+        _try(write_status, folder, "interrupted", name=EVAL_STATUS, next=line)
     elif (
         run_folder.claimed_folder() is None
     ):  # before the run took its folder: nothing of it was written

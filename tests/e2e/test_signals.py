@@ -238,3 +238,8 @@ def test_sigterm_to_eval_py_writes_no_results_and_says_what_to_run(trained_runs,
     assert line.startswith("stopped by SIGTERM during the evaluation; no results were written")
     assert json.loads((out / "eval_status.json").read_text())["status"] == "interrupted"
     assert not list(out.glob("**/extrapolation.json"))
+    # an evaluation that then runs to its end there says so (it stayed "interrupted": #43)
+    again = [*cmd[:4], "eval.factors=[1]", "eval.max_tokens=800"]
+    done = subprocess.run(again, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "eval_status.json").read_text())["status"] == "completed"
