@@ -110,6 +110,11 @@ TRAIN_BAD = [
         "data.path={corpus}/train.txt",
         expected="one text file is read as the train split only; set data.valid_fraction",
     ),
+    # Hydra's parser error had no hint to quote the value (#43)
+    train_case(
+        "data.path=/tmp/my corpus!",
+        expected="cannot read the override 'data.path=/tmp/my corpus!': quote a value with",
+    ),
     # keys the schema did not cover (#43): accepted without a word
     train_case("model.bias=maybe", expected="model.bias=maybe must be true or false"),
     train_case("model.scale_embeddings=2", expected="model.scale_embeddings=2 must be true or"),

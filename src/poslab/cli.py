@@ -422,6 +422,20 @@ def hydra_error_line(err: BaseException) -> str:
         return (
             f"{key}: there is no such key; check the spelling (to add a new key on purpose: {add})"
         )
+    if "LexerNoViableAlt" in message or "mismatched input" in message:
+        # Hydra's parser stopped inside a value: spaces or ()[]{}!,= there need quotes (#43)
+        odd = [
+            a
+            for a in _ORIGINAL_ARGV[1:]
+            if "=" in a
+            and set(a.split("=", 1)[1]) & set(" ()!")
+            and a.split("=", 1)[1][:1] not in "'\"[{"
+        ]
+        which = f"the override {odd[0]!r}" if odd else "an override"
+        return (
+            f"cannot read {which}: quote a value with spaces or any of ()[]{{}}!,= in it, e.g. "
+            "'data.path=\"/my data/(2024)\"'"
+        )
     lines = [message]
     if err.__cause__ is not None:
         lines.append(str(err.__cause__))
