@@ -173,3 +173,13 @@ def test_runs_py_refuses_a_count_of_runs_below_one(last, tmp_path):
     assert result.stderr.strip() == (
         f"error: argument --last: must be ≥ 1 (got {last}); see python scripts/runs.py --help"
     )
+
+
+def test_a_run_whose_status_is_cut_short_is_listed_saying_so(tmp_path):
+    """It was dropped, with "no runs (a run folder holds status.json)" (#43)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "status.json").write_text('{"status": "compl')
+    (listed,) = find_runs(tmp_path)
+    assert listed.status["status"] == "unreadable status.json"
+    assert "unreadable status.json" in runs_table([listed], tmp_path)

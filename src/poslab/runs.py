@@ -77,10 +77,13 @@ def find_runs(root: Path) -> list[RunSummary]:
         folder = status_file.parent
         try:
             status = json.loads(status_file.read_text())
+        except (OSError, ValueError):  # cut short: the run is listed, saying so (#43)
+            status = {"status": "unreadable status.json"}
+        try:
             settings_file = folder / "run.json"
             settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
         except (OSError, ValueError):
-            continue  # being written, or not poslab's
+            settings = {}
         results_file = folder / "extrapolation" / "extrapolation.json"
         try:
             results = json.loads(results_file.read_text()) if results_file.is_file() else []
