@@ -353,17 +353,22 @@ def test_eval_py_on_a_full_disk_keeps_the_previous_results(trained_runs, tmp_pat
     """The defect: a full disk turned a valid extrapolation.json into a truncated one while the
     csv/md stayed old. Now: one error line, exit 2, the old set byte for byte, no temporary."""
     run = copy_run(trained_runs["rope"][0], tmp_path / "run")
-    before = contents(run / "extrapolation")
+    # an eval.py out_dir that holds a set of results (a training run's own folder is refused as
+    # out_dir: its results are never replaced)
+    out = tmp_path / "eval"
+    args = [f"run={run}", f"out_dir={out}", "eval.factors=[1,2,4]", "eval.max_tokens=1500"]
+    first = eval_py(args, tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = contents(out / "extrapolation")
     # the checkpoint is only read; eval.log (~1 kB) fits, the new JSON (~7 kB) does not
-    args = [f"run={run}", f"out_dir={run}", "eval.factors=[1,2,4]", "eval.max_tokens=1500"]
     result = eval_py(args, tmp_path, file_size_limit=4096)
     errors = error_lines(result.stderr)
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert errors[0].startswith(f"error: cannot write {run / 'extrapolation/extrapolation.json'}")
+    assert errors[0].startswith(f"error: cannot write {out / 'extrapolation/extrapolation.json'}")
     assert "the disk is full" in errors[0] and "previous results are intact" in errors[0]
-    assert contents(run / "extrapolation") == before
-    assert temporaries(run) == []
+    assert contents(out / "extrapolation") == before
+    assert temporaries(out) == []
 
 
 def test_train_py_multirun_each_job_its_own_offline_wandb_run(corpus, tmp_path):
