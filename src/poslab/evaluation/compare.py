@@ -96,6 +96,17 @@ def run_options(run: Path) -> dict[str, Any] | None:
         return run_options(source) if source is not None and source != run else None
     from omegaconf import OmegaConf
 
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # an unreadable config only loses the nicer label
+        return None
+    return settings_of(config)
+
+
+def settings_of(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's config (unresolved, as .hydra/config.yaml holds it) as flat `a.b` keys, the
+    options that only name things (NOT_SETTINGS) left out."""
+
     def flat(node: Any, prefix: str = "") -> dict[str, Any]:
         if isinstance(node, dict):
             return {
@@ -105,10 +116,6 @@ def run_options(run: Path) -> dict[str, Any] | None:
             }
         return {prefix[:-1]: node}
 
-    try:
-        config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except Exception:  # an unreadable config only loses the nicer label
-        return None
     return {k: v for k, v in flat(config).items() if not k.startswith(NOT_SETTINGS)}
 
 

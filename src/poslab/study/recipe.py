@@ -191,6 +191,7 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
     from omegaconf.errors import OmegaConfBaseException
 
     from poslab.cli import hydra_error_line
+    from poslab.evaluation.compare import settings_of
     from poslab.validate import TRAIN_SCHEMA, check_run_config
 
     extra = [f"hydra/launcher={launcher}"] if launcher else []
@@ -248,22 +249,9 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
             config.pop("hydra", None)
             as_saved.pop("hydra", None)
             job.config = config
-            job.options = flat_options(as_saved)
+            job.options = settings_of(as_saved)
     GlobalHydra.instance().clear()
     check_jobs(study)
-
-
-def flat_options(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A config as compare.run_options reads a run's: flat keys, what names things left out."""
-    from poslab.evaluation.compare import NOT_SETTINGS
-
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            flat.update(flat_options(value, f"{prefix}{key}."))
-        elif not f"{prefix}{key}".startswith(NOT_SETTINGS):
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _key(override: str) -> str:
