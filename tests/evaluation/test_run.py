@@ -241,3 +241,57 @@ def test_a_validation_text_changed_in_place_is_refused_unless_asked_for(corpus, 
         evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, None)
     rows, _ = evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, str(mine))
     assert rows[0]["status"] == "ok"  # data_path= asks for the new text
+
+
+def test_a_reevaluation_scores_what_the_run_scored_unless_told_otherwise(
+    trained_runs, tmp_path, monkeypatch, capfd
+):
+    """eval.py run=RUN once scored the whole split where the run's table scored its first
+    65,536 tokens: the same model 4 points apart (issue #43). It now takes the run's scoring
+    options, says which, and prints each row beside the run's own."""
+    run, _ = trained_runs["rope"]
+    own = json.loads((run / "extrapolation" / "extrapolation.json").read_text())
+    args = [f"run={run}", f"out_dir={tmp_path / 'a'}", "wandb=false"]
+    result = run_in_process("eval", args, tmp_path, monkeypatch, capfd)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (
+        "scoring as the run's own evaluation did: eval.factors=[1,2,4] "
+        "eval.modes=[nonoverlapping,sliding] eval.max_tokens=1500" in result.stdout
+    )
+    rows = json.loads((tmp_path / "a" / "extrapolation" / "extrapolation.json").read_text())
+    assert [(r["mode"], r["length"], r["tokens"]) for r in rows] == [
+        (r["mode"], r["length"], r["tokens"]) for r in own
+    ]
+    assert [r["ppl"] for r in rows] == pytest.approx([r["ppl"] for r in own], rel=1e-6)
+    assert result.stdout.count("(+0.0%)") == len(own)
+    # a typed option wins, and rows scored on other tokens are not set beside the run's
+    args = [f"run={run}", f"out_dir={tmp_path / 'b'}", "wandb=false", "eval.max_tokens=null"]
+    result = run_in_process("eval", args, tmp_path, monkeypatch, capfd)
+    assert result.returncode == 0, result.stderr[-2000:]
+    taken = result.stdout.split("scoring as the run's own evaluation did: ")[1].split(" (")[0]
+    assert taken == "eval.factors=[1,2,4] eval.modes=[nonoverlapping,sliding]"
+    rows = json.loads((tmp_path / "b" / "extrapolation" / "extrapolation.json").read_text())
+    assert rows[0]["tokens"] > own[0]["tokens"] and rows[0]["max_tokens"] is None
+    assert "beside the run's own table" not in result.stdout
+
+
+def test_a_recorded_auto_cap_is_the_cap_the_runs_table_was_scored_under(tmp_path):
+    from omegaconf import OmegaConf
+
+    from poslab.evaluation.recorded import with_recorded_settings
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    config = {"data": {"seq_len": 64}, "eval": {"max_tokens": "auto", "factors": [1, 2]}}
+    asked = OmegaConf.create({"max_tokens": None, "factors": [1, 2, 4, 8, 16], "lengths": None})
+    # no table yet (eval.after_train=false): the cap the trained tokens give
+    cfg, taken = with_recorded_settings(asked, config, ckpt, set(), trained_tokens=10**6)
+    assert (cfg.max_tokens, list(cfg.factors)) == (10**6, [1, 2])
+    assert taken == ["eval.factors=[1,2]", "eval.max_tokens=1000000"]
+    table = tmp_path / "run" / "extrapolation" / "extrapolation.json"
+    table.parent.mkdir(parents=True)
+    table.write_text(json.dumps([{"mode": "nonoverlapping", "length": 64, "max_tokens": 65536}]))
+    cfg, _ = with_recorded_settings(asked, config, ckpt, set(), trained_tokens=10**6)
+    assert cfg.max_tokens == 65536
+    # typed on the command line: kept; typed lengths make the recorded factors moot
+    cfg, taken = with_recorded_settings(asked, config, ckpt, {"max_tokens", "lengths"}, 10**6)
+    assert (cfg.max_tokens, list(cfg.factors), taken) == (None, [1, 2, 4, 8, 16], [])

@@ -105,15 +105,20 @@ def plan_checkpoint(
     trained_tokens: int | None = None,
     refuse_corpus_options: bool = False,
     checked: bool = False,
+    given: set[str] | None = None,
 ) -> EvalPlan:
     """The plan of evaluating `ckpt`: the options checked (unless the caller did: `checked`),
     the checkpoint read once, and its models built. `refuse_corpus_options` (eval.py): a task
-    checkpoint with corpus-only options set is an error, not a note."""
+    checkpoint with corpus-only options set is an error, not a note. `given` (eval.py): the eval
+    options typed on its command line; every other option that decides what is scored is the
+    one the run recorded (recorded.py), and a line says which were taken."""
     eval_cfg = resolved(eval_cfg)
     if not checked:
         check_eval_config(eval_cfg)
     checkpoint = read_checkpoint(ckpt)
     config = checkpoint["hyper_parameters"]["config"]
+    if given is not None:
+        eval_cfg = recorded_settings(eval_cfg, config, Path(ckpt), given, checkpoint)
     if refuse_corpus_options and "task" in config["data"]:
         unused = corpus_options_set(eval_cfg)  # scored per example: they would be ignored
         if unused:
@@ -121,6 +126,27 @@ def plan_checkpoint(
     plan = plan_lengths(eval_cfg, config, ckpt=Path(ckpt), trained_tokens=trained_tokens)
     load_models(plan, checkpoint)
     return plan
+
+
+def recorded_settings(
+    eval_cfg: Any, config: dict[str, Any], ckpt: Path, given: set[str], checkpoint: dict
+) -> Any:
+    """eval_cfg with the run's recorded scoring options where none was given, said in a line."""
+    from poslab.evaluation.recorded import with_recorded_settings
+
+    data = config["data"]
+    accumulate = int(config["trainer"].get("accumulate_grad_batches") or 1)
+    steps = int(checkpoint.get("global_step") or 0)
+    trained = steps * int(data["batch_size"]) * int(data["seq_len"]) * accumulate or None
+    eval_cfg, taken = with_recorded_settings(eval_cfg, config, ckpt, given, trained)
+    if taken:
+        print(
+            f"scoring as the run's own evaluation did: {' '.join(taken)} (the run's record; "
+            "set any of them to change it, e.g. eval.max_tokens=null for the whole split)",
+            flush=True,
+        )
+        check_eval_config(eval_cfg)
+    return eval_cfg
 
 
 def load_models(plan: EvalPlan, checkpoint: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from poslab.errors import ConfigError
 from poslab.evaluation.files import default_out_dir, report_rows
 from poslab.evaluation.perplexity import score, too_few_windows
 from poslab.evaluation.plan import EvalPlan, plan_checkpoint, resolved
+from poslab.evaluation.recorded import comparison_lines, given_eval_keys, run_table
 from poslab.evaluation.tables import NO_DOCUMENT, metric_name
 from poslab.evaluation.tasks import evaluate_task_plan
 from poslab.precision import AUTOCAST_DTYPE
@@ -388,17 +389,24 @@ def run_eval(cfg: DictConfig) -> list[dict]:
     ckpt = Path(cfg.ckpt) if cfg.ckpt else checkpoint_of_run(cfg.run)
     # a missing or foreign file, or an eval-time variant the scheme cannot take: one clear line
     # before anything starts (no W&B run for a command that cannot run)
-    plan = plan_checkpoint(ckpt, eval_cfg, checked=True, refuse_corpus_options=True)
+    given = given_eval_keys()
+    plan = plan_checkpoint(
+        ckpt, eval_cfg, checked=True, refuse_corpus_options=True, given=given
+    )
     wandb_run = None
     if cfg.eval.log_wandb and cfg.wandb:
         out = default_out_dir(ckpt) if not cfg.out_dir else Path(cfg.out_dir)
         eval_config = OmegaConf.to_container(cfg.eval, resolve=True)
         wandb_run = start_eval_wandb_run(plan.config, eval_config, out)
     try:
-        return evaluate_plan(plan, None, cfg.out_dir, wandb_run, cfg.data_path)
+        rows = evaluate_plan(plan, None, cfg.out_dir, wandb_run, cfg.data_path)
     finally:
         if wandb_run is not None:
             wandb_run.finish()
+    lines = comparison_lines(rows, run_table(ckpt))
+    if lines:
+        print("beside the run's own table, on the same tokens:", *lines, sep="\n", flush=True)
+    return rows
 
 
 def run_pretrained_eval(cfg: DictConfig) -> list[dict]:
