@@ -119,6 +119,12 @@ TRAIN_BAD = [
     train_case("model.bias=maybe", expected="model.bias=maybe must be true or false"),
     train_case("model.scale_embeddings=2", expected="model.scale_embeddings=2 must be true or"),
     train_case("data.word_level=maybe", expected="data.word_level=maybe must be true or false"),
+    # found by the schema's coverage test (tests/test_schema_coverage.py): a traceback, or
+    # accepted and ignored
+    train_case("trainer.num_sanity_val_steps=abc", expected="trainer.num_sanity_val_steps=abc"),
+    train_case("trainer.enable_model_summary=maybe", expected="must be true or false"),
+    train_case("trainer.enable_progress_bar=maybe", expected="must be auto, true or false"),
+    train_case("data.name=[1]", expected="data.name=[1] must be a text"),
     train_case("data.seq_len=0", expected="data.seq_len=0"),
     train_case("data.batch_size=0", expected="data.batch_size=0"),
     train_case("model.d_model=33", expected="model.d_model=33 is not divisible by model.n_head"),

@@ -90,6 +90,18 @@ def boolean(null: bool = False) -> Check:
     return check
 
 
+def text(null: bool = False) -> Check:
+    """A name, path or id: text (a number typed where a name goes is refused too, since a list
+    or a mapping there fails only when the run folder's name is written)."""
+
+    def check(value: Any) -> str | None:
+        if isinstance(value, str) and value or (value is None and null):
+            return None
+        return "must be a text" + (" (or null)" if null else "")
+
+    return check
+
+
 def list_of(item: Check, nonempty: bool = True, null: bool = False) -> Check:
     def check(value: Any) -> str | None:
         if value is None and null:

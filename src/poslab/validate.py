@@ -24,6 +24,7 @@ from poslab.checks import (
     is_number,
     list_of,
     number,
+    text,
 )
 from poslab.errors import ConfigError
 
@@ -57,6 +58,14 @@ def path_setting(value: Any) -> str | None:
     return "must be a path (or null)"
 
 
+def progress_bar_setting(value: Any) -> str | None:
+    return None if isinstance(value, bool) or value == "auto" else "must be auto, true or false"
+
+
+def log_model_setting(value: Any) -> str | None:
+    return None if isinstance(value, bool) or value == "all" else "must be true, false or all"
+
+
 def max_tokens_setting(value: Any) -> str | None:
     if value is None or value == "auto" or (is_int(value) and value >= 2):
         return None
@@ -78,6 +87,12 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "optim.warmup_steps": integer(0),
     "optim.min_lr_ratio": number(ge=0, le=1),
     "optim.pos_lr_scale": number(ge=0),
+    "data.name": text(),
+    "data.hub_id": text(null=True),
+    "data.hub_config": text(null=True),
+    "data.cache_dir": text(),
+    "data.path": path_setting,
+    "data.position_axes": integer(1),
     "data.seq_len": integer(1),
     "data.batch_size": integer(1),
     "data.eval_batch_size": integer(1, null=True),
@@ -102,6 +117,11 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "trainer.log_every_n_steps": integer(1),
     "trainer.precision": choice(*PRECISION_CHOICES),
     "trainer.compile": boolean(),
+    "trainer.num_sanity_val_steps": integer(-1),
+    "trainer.enable_progress_bar": progress_bar_setting,
+    "trainer.enable_model_summary": boolean(),
+    "trainer.benchmark": boolean(null=True),
+    "trainer.num_nodes": integer(1),
     "train.max_tokens": integer(1, null=True),
     "train.validate_before_fit": boolean(),
     "train.fingerprints": boolean(),
@@ -109,6 +129,13 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "checkpoint.every_n_steps": integer(1, null=True),
     "resume": resume_setting,
     "logger.init_timeout": number(gt=0),
+    "logger.project": text(),
+    "logger.name": text(),
+    "logger.group": text(null=True),
+    "logger.job_type": text(),
+    "logger.offline": boolean(null=True),
+    "logger.log_model": log_model_setting,
+    "run_name": text(),
 }
 
 EVAL_SCHEMA: dict[str, Check] = {
