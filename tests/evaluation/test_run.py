@@ -295,3 +295,62 @@ def test_a_recorded_auto_cap_is_the_cap_the_runs_table_was_scored_under(tmp_path
     # typed on the command line: kept; typed lengths make the recorded factors moot
     cfg, taken = with_recorded_settings(asked, config, ckpt, {"max_tokens", "lengths"}, 10**6)
     assert (cfg.max_tokens, list(cfg.factors), taken) == (None, [1, 2, 4, 8, 16], [])
+    # documents typed: the run's split options do not apply to them (they would be refused)
+    config["eval"]["modes"] = ["nonoverlapping", "sliding"]
+    asked.documents = "books/"
+    cfg, taken = with_recorded_settings(asked, config, ckpt, {"documents"}, 10**6)
+    assert taken == ["eval.factors=[1,2]"]
+
+
+def _scored_tokens_of_the_text(path, cap):
+    """The targets a split file gives, counted from its text alone: a word-level line is its
+    words and its line end; a cap keeps whole lines (the first line end before the text counts
+    as context, not as a target)."""
+    total = 0
+    for line in path.read_text().splitlines():
+        n = len(line.split()) + 1
+        if cap is not None and total + n > cap:
+            break
+        total += n
+    return total
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+@pytest.mark.parametrize("cap", [None, 900])
+def test_every_row_the_plan_scores_counts_the_tokens_and_windows_the_data_gives(
+    trained_runs, corpus, split, cap
+):
+    """The property of issue #43: for every split × mode × length, an `ok` row's tokens are the
+    split's (capped) tokens and its windows the count the length and stride cut them into,
+    both computed from the text file; a length they cannot fill 4 times is skipped, never ok."""
+    ckpt = trained_runs["rope"][0] / "checkpoints" / "best.ckpt"
+    lengths, stride = [7, 16, 100, 301, 551, 2000], 37
+    cfg = eval_cfg(
+        split=split,
+        max_tokens=cap,
+        lengths=lengths,
+        modes=["nonoverlapping", "sliding"],
+        stride=stride,
+    )
+    rows = score_checkpoint(ckpt, cfg)
+    file = corpus / {"validation": "valid.txt", "test": "test.txt"}[split]
+    targets = _scored_tokens_of_the_text(file, cap)
+    assert len(rows) == 2 * len(lengths)
+    statuses = set()
+    for row in rows:
+        length = row["length"]
+        if targets // length < 4:
+            assert row["status"].startswith("skipped: "), row
+            continue
+        statuses.add(row["status"])
+        assert (row["tokens"], row["words"]) == (targets, targets), (row["mode"], length)
+        step = min(stride, length)
+        expected = (
+            -(-targets // length)
+            if row["mode"] == "nonoverlapping"
+            else 1 + -(-max(0, targets - length) // step)
+        )
+        assert row["windows"] == expected, (row["mode"], length)
+    assert statuses == {"ok"}
+    # both kinds of row occur in this grid
+    assert any(r["status"] != "ok" for r in rows) and any(r["status"] == "ok" for r in rows)

@@ -40,6 +40,7 @@ CSV_FIELDS = [
     "factor",
     "status",
     "tokens",
+    "windows",  # the forward windows scored at this length
     "documents",  # eval.documents: the documents scored at this length (documents.py)
     "document_ppl_mean",
     "loss",

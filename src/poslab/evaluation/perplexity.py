@@ -41,6 +41,7 @@ class ScoreResult:
     mode: str
     stride: int
     tokens: int = 0
+    windows: int = 0  # forward windows scored (the report's count, checked against the data)
     nll: float = 0.0  # summed over scored tokens, nats
     words: int = 0
     bytes: int = 0
@@ -190,6 +191,7 @@ def score(
     windows = windows if given else make_windows(len(data.ids), length, mode, stride)
     batch_size = batch_size or max(1, default_batch_tokens(device) // length)
     result = ScoreResult(length=length, mode=mode, stride=stride or length, bucket_size=bucket_size)
+    result.windows = len(windows)
     n_buckets = math.ceil(length / bucket_size)
     bucket_nll = torch.zeros(n_buckets, dtype=torch.float64, device=device)
     bucket_count = torch.zeros(n_buckets, dtype=torch.long, device=device)

@@ -31,6 +31,8 @@ CORPUS_KEYS = (
     "max_documents",
     "min_document_tokens",
 )
+# options of a corpus split that per-document scoring (eval.documents) refuses
+SPLIT_KEYS = ("split", "modes", "stride", "max_tokens")
 LENGTH_KEYS = ("lengths", "factors")
 TASK_KEYS = ("task_examples", "learned_at")
 
@@ -87,6 +89,8 @@ def with_recorded_settings(
     if "*" in given or not recorded:
         return eval_cfg, []
     keys = list(LENGTH_KEYS) + list(TASK_KEYS if "task" in config["data"] else CORPUS_KEYS)
+    if "documents" in given and eval_cfg.get("documents"):  # documents asked for: no split
+        keys = [k for k in keys if k not in SPLIT_KEYS]
     taken: dict[str, Any] = {}
     for key in keys:
         if key in given or key not in recorded:
