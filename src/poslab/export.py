@@ -238,7 +238,7 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
 
     from poslab.build import load_checkpoint, read_checkpoint
     from poslab.data.cache import TokenCache
-    from poslab.evaluation.run import checkpoint_of_run
+    from poslab.evaluation.run import check_unrecorded_tokenizer, checkpoint_of_run
 
     if run.suffix == ".ckpt":
         ckpt = run
@@ -264,7 +264,9 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
         tokenizer = Tokenizer.from_str(record["json"])
     else:  # a checkpoint older than the record
         overrides = {"path": data_path} if data_path else {}
-        tokenizer = TokenCache.from_config(config["data"], **overrides).tokenizer()
+        cache = TokenCache.from_config(config["data"], **overrides)
+        check_unrecorded_tokenizer(cache, ckpt, asked=bool(data_path))
+        tokenizer = cache.tokenizer()
     created = not out.exists()
     try:
         export_hf(model, config, tokenizer, out)

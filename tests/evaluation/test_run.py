@@ -240,7 +240,11 @@ def test_a_validation_text_changed_in_place_is_refused_unless_asked_for(corpus, 
     with pytest.raises(ConfigError, match=f"the validation text {valid} changed since this run"):
         evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, None)
     rows, _ = evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, str(mine))
-    assert rows[0]["status"] == "ok"  # data_path= asks for the new text
+    assert rows[0]["status"] == "ok"  # data_path= asks for the new text, and the report says so
+    from poslab.evaluation.tables import scored_note
+
+    said = f"data_path={mine}: not the validation text the run recorded"
+    assert rows[0]["other_text"] == said and said in scored_note(rows)
 
 
 def test_a_reevaluation_scores_what_the_run_scored_unless_told_otherwise(
@@ -354,3 +358,28 @@ def test_every_row_the_plan_scores_counts_the_tokens_and_windows_the_data_gives(
     assert statuses == {"ok"}
     # both kinds of row occur in this grid
     assert any(r["status"] != "ok" for r in rows) and any(r["status"] == "ok" for r in rows)
+
+
+def test_a_checkpoint_without_a_tokenizer_record_is_refused_once_its_corpus_changed(
+    corpus, tmp_path
+):
+    """Checkpoints from before runs kept their tokenizer are scored with one rebuilt from the
+    corpus; where the token cache shows the corpus changed since, that tokenizer is known to
+    be another one: one line, no numbers (issue #43)."""
+    import torch
+    from conftest import copy_corpus, train_in_process
+
+    from poslab.evaluation.run import evaluate_text, plan_checkpoint
+
+    mine = copy_corpus(corpus, tmp_path / "corpus")
+    train_in_process("nope", mine, tmp_path / "run", ["eval.after_train=false"])
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    old = torch.load(ckpt, map_location="cpu", weights_only=False)
+    del old["tokenizer"]  # as a checkpoint saved before the record was
+    torch.save(old, ckpt)
+    rows, _ = evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, None)
+    assert rows[0]["status"] == "ok"  # the corpus it trained on: scored
+    train = mine / "train.txt"
+    train.write_text(" zq zr zs the .\n" * 50 + train.read_text())
+    with pytest.raises(ConfigError, match="holds no record of its tokenizer .* corpus changed"):
+        evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, None)

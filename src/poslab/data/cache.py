@@ -269,6 +269,11 @@ class TokenCache:
             return None, f"the content of {', '.join(changed)} changed since it was built"
         return meta, None
 
+    def stale(self) -> str | None:
+        """Why the cache on disk no longer matches its input files (None: it matches, or there
+        is no cache yet); reads without building."""
+        return self._checked_meta(self.current_inputs)[1]
+
     @property
     def lock_file(self) -> Path:
         """Beside the cache folder, not in it: the folder is created by the build."""

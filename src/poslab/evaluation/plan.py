@@ -42,6 +42,7 @@ class EvalPlan:
     # the run's tokenizer and the corpus files it was built from (None: a checkpoint older than
     # the record, or a generated task)
     tokenizer_record: dict[str, Any] | None = None
+    other_text: str | None = None  # data_path= asked for a text other than the recorded one
     device: torch.device | None = None
     precision: str | None = None
     # a task checkpoint: {"steps_to_learn", "target"} (poslab.callbacks.LearningSpeed) and the

@@ -103,6 +103,8 @@ def evaluate_text(
         for length in plan.lengths:
             # max_tokens: the token cap that cut the split (None: the whole split)
             row = text_row(plan, mode, length, split=eval_cfg.split, max_tokens=cap)
+            if plan.other_text:
+                row["other_text"] = plan.other_text
             why = unsupported.get(length) or too_few_windows(len(split.ids), length)
             if why:
                 if mode == eval_cfg.modes[0]:
@@ -238,6 +240,8 @@ def checked_cache(plan: EvalPlan, cache: TokenCache | None, data_path: str | Non
     overrides = {"path": data_path} if data_path else {}
     cache = cache or TokenCache.from_config(plan.model_config["data"], **overrides)
     record = plan.tokenizer_record
+    if not record:
+        check_unrecorded_tokenizer(cache, plan.ckpt, asked=bool(data_path))
     if record:
         check_scored_text(plan, cache, data_path, record)
         if cache.tokenizer_record()["sha256"] != record["sha256"]:
@@ -260,6 +264,32 @@ def checked_cache(plan: EvalPlan, cache: TokenCache | None, data_path: str | Non
     return cache
 
 
+def check_unrecorded_tokenizer(cache: TokenCache, ckpt: Path, asked: bool = False) -> None:
+    """A checkpoint from before runs kept their tokenizer is scored with one rebuilt from the
+    corpus: right only if the corpus is the one it trained on. Where its files were written
+    after the checkpoint (or the token cache shows they changed since it was built), that is
+    known to be false: refused, not scored. `asked` (data_path=): the user named the corpus."""
+    changed = cache.stale()
+    if not changed and not asked and cache.settings["path"]:
+        from poslab.data.corpus import local_split_files
+
+        saved = Path(ckpt).stat().st_mtime
+        files = local_split_files(cache.settings["path"]).values()
+        newer = [str(f) for f in files if Path(f).stat().st_mtime > saved]
+        changed = newer and f"{', '.join(newer)} written after the checkpoint"
+    if changed:
+        raise ConfigError(
+            f"{ckpt} holds no record of its tokenizer (it predates poslab keeping one) and its "
+            f"corpus changed ({changed}): a tokenizer rebuilt now would give other ids; score it "
+            "on the corpus files it was trained on"
+        )
+    log.warning(
+        "%s holds no record of its tokenizer (it predates poslab keeping one): rebuilt from the "
+        "corpus, which must be the one it was trained on",
+        ckpt,
+    )
+
+
 def check_scored_text(
     plan: EvalPlan, cache: TokenCache, data_path: str | None, record: dict[str, Any]
 ) -> None:
@@ -271,12 +301,8 @@ def check_scored_text(
     if not recorded or not current or recorded["sha256"] == current["sha256"]:
         return
     if data_path:
-        log.info(
-            "data_path=%s: its %s text is not the one the run recorded (%s): scoring it as asked",
-            data_path,
-            split,
-            recorded["path"],
-        )
+        plan.other_text = f"data_path={data_path}: not the {split} text the run recorded"
+        log.info("%s (%s): scoring it as asked", plan.other_text, recorded["path"])
         return
     raise ConfigError(
         f"the {split} text {current['path']} changed since this run trained on it; to score "

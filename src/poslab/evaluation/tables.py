@@ -197,6 +197,8 @@ def scored_note(rows: list[dict]) -> str:
         notes.append("sliding stride L/2")
     elif strides:
         notes.append(f"sliding stride {', '.join(map(str, strides))}")
+    # data_path= asked for a text other than the run's (evaluation/run.py check_scored_text)
+    notes += sorted({r["other_text"] for r in text if r.get("other_text")})
     return " (" + "; ".join(notes) + ")"
 
 
