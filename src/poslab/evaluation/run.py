@@ -416,9 +416,7 @@ def run_eval(cfg: DictConfig) -> list[dict]:
     # a missing or foreign file, or an eval-time variant the scheme cannot take: one clear line
     # before anything starts (no W&B run for a command that cannot run)
     given = given_eval_keys()
-    plan = plan_checkpoint(
-        ckpt, eval_cfg, checked=True, refuse_corpus_options=True, given=given
-    )
+    plan = plan_checkpoint(ckpt, eval_cfg, checked=True, refuse_corpus_options=True, given=given)
     wandb_run = None
     if cfg.eval.log_wandb and cfg.wandb:
         out = default_out_dir(ckpt) if not cfg.out_dir else Path(cfg.out_dir)
