@@ -10,9 +10,9 @@ not): a model it does not reproduce is refused, never scored wrong.
 
 Eval-time RoPE extension (eval.rope_scaling) reaches the model in one of two ways:
 
-* the kinds that change only the frequencies (FREQUENCY_KINDS) through its rotary embedding
+* the kinds that change only the frequencies (not `needs_scores`) through its rotary embedding
   module (`inv_freq` and `attention_scaling`, one per model in Llama, Qwen2, Mistral, GPT-NeoX,
-  …): the frequencies are poslab's own (positions/rope_scaling.py), the same numbers a poslab
+  …): the frequencies are poslab's own (positions/extensions/), the same numbers a poslab
   checkpoint gets, and equal to HF's `rope_parameters` of the same kind (tests/test_pretrained.py);
 * rerope, selfextend, lminfinite and eval.logn_scaling, which change attention itself, through an
   attention hook (pretrained_attention.py) that runs poslab's rotary scheme and kernel inside the
@@ -48,10 +48,6 @@ from poslab.positions.rope import Rotary
 from poslab.positions.rope_scaling import RopeScaling, resolve_factor
 from poslab.pretrained_attention import SERVED, hook_scheme, hooked, needs_hook
 
-# eval.rope_scaling kinds that change only the rotary frequencies (and the cos/sin factor): they
-# reach an HF model through its rotary module. The others (and log-n) change attention itself and
-# reach it through the attention hook (pretrained_attention.py).
-FREQUENCY_KINDS = ("pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope")
 PROBE_TOKENS = 24
 # the attention hook's probe with bf16 weights: the largest RMS of (hook − model) logits, as a
 # fraction of the model's logits' RMS (pretrained.check_hook)
@@ -522,7 +518,7 @@ def models_per_length(
             continue
         # dynamic_ntk and longrope read the length itself (each window's span): one wrapper
         # per length, whose nominal length is checked before scoring
-        reads_length = scaling.kind in ("dynamic_ntk", "longrope")
+        reads_length = scaling.reads_length
         key = f"{scaling!r}@{length if reads_length else ''}"
         if key in built:
             models[length] = built[key]

@@ -9,6 +9,7 @@ import re
 import pytest
 from conftest import SCHEMES, eval_cfg, run_in_process, score_checkpoint
 
+import poslab.evaluation.recorded
 import poslab.evaluation.run
 from poslab.errors import ConfigError
 from poslab.evaluation.run import evaluate_checkpoint, scored_token_cap
@@ -136,7 +137,7 @@ def test_max_tokens_auto_caps_only_a_short_runs_evaluation_and_says_so(
     trained_runs, tmp_path, monkeypatch, capsys
 ):
     ckpt = trained_runs["nope"][0] / "checkpoints" / "best.ckpt"
-    monkeypatch.setattr(poslab.evaluation.run, "AUTO_MIN_TOKENS", 500)
+    monkeypatch.setattr(poslab.evaluation.recorded, "AUTO_MIN_TOKENS", 500)
     cfg = eval_cfg(max_tokens="auto", factors=[1])
     whole = evaluate_checkpoint(ckpt, cfg, out_dir=tmp_path / "a")  # eval.py: no training budget
     assert "eval.max_tokens=auto" not in capsys.readouterr().out
@@ -156,7 +157,7 @@ def test_max_tokens_values():
     assert scored_token_cap(1000, None) == 1000
     assert scored_token_cap("auto", None) is None
     assert scored_token_cap("auto", 10**7) == 10**7
-    assert scored_token_cap("auto", 10) == poslab.evaluation.run.AUTO_MIN_TOKENS
+    assert scored_token_cap("auto", 10) == poslab.evaluation.recorded.AUTO_MIN_TOKENS
 
 
 def test_a_length_the_scored_tokens_cannot_fill_is_skipped_never_ok(trained_runs):

@@ -17,6 +17,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from poslab.checks import require
+from poslab.validate import max_tokens_setting
+
 log = logging.getLogger(__name__)
 
 # what was scored: taken from the run unless given
@@ -35,6 +38,21 @@ CORPUS_KEYS = (
 SPLIT_KEYS = ("split", "modes", "stride", "max_tokens")
 LENGTH_KEYS = ("lengths", "factors")
 TASK_KEYS = ("task_examples", "learned_at")
+
+
+AUTO_MIN_TOKENS = 65536
+
+
+def scored_token_cap(setting: Any, trained_tokens: int | None) -> int | None:
+    """eval.max_tokens as a number of tokens (None: the whole split). `auto` caps a short run's
+    after-training evaluation at the tokens it trained on (at least AUTO_MIN_TOKENS): scoring
+    2M tokens ten times for a model that saw 100k tells nothing more than 100k would."""
+    if setting is None:
+        return None
+    if setting == "auto":
+        return None if trained_tokens is None else max(AUTO_MIN_TOKENS, int(trained_tokens))
+    require("eval.max_tokens", setting, max_tokens_setting)
+    return setting
 
 
 def given_eval_keys() -> set[str] | None:
@@ -98,12 +116,7 @@ def with_recorded_settings(
         value = recorded[key]
         if key == "max_tokens" and value == "auto":
             found, cap = recorded_cap(run_table(ckpt))
-            if found:
-                value = cap
-            else:
-                from poslab.evaluation.run import scored_token_cap
-
-                value = scored_token_cap("auto", trained_tokens)
+            value = cap if found else scored_token_cap("auto", trained_tokens)
         if key == "lengths" and not value and "factors" in given:
             continue  # factors typed, lengths not: the typed factors decide
         if key == "factors" and "lengths" in given:

@@ -13,19 +13,23 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.checks import require
 from poslab.data.cache import TokenCache
 from poslab.data.tokens import EOS, TokenizedSplit
 from poslab.errors import ConfigError
 from poslab.evaluation.files import default_out_dir, report_rows
 from poslab.evaluation.perplexity import score, too_few_windows
 from poslab.evaluation.plan import EvalPlan, plan_checkpoint, resolved
-from poslab.evaluation.recorded import comparison_lines, given_eval_keys, run_table
+from poslab.evaluation.recorded import (
+    comparison_lines,
+    given_eval_keys,
+    run_table,
+    scored_token_cap,
+)
 from poslab.evaluation.tables import NO_DOCUMENT, metric_name
 from poslab.evaluation.tasks import evaluate_task_plan
 from poslab.precision import AUTOCAST_DTYPE
 from poslab.tracking import start_eval_wandb_run
-from poslab.validate import check_eval_config, max_tokens_setting
+from poslab.validate import check_eval_config
 
 log = logging.getLogger(__name__)
 
@@ -37,21 +41,6 @@ def checkpoint_of_run(run: str | Path) -> Path:
         if (folder / name).is_file():
             return folder / name
     raise ConfigError(f"run={run} has no checkpoints/best.ckpt or last.ckpt; pass ckpt=PATH")
-
-
-AUTO_MIN_TOKENS = 65536
-
-
-def scored_token_cap(setting: Any, trained_tokens: int | None) -> int | None:
-    """eval.max_tokens as a number of tokens (None: the whole split). `auto` caps a short run's
-    after-training evaluation at the tokens it trained on (at least AUTO_MIN_TOKENS): scoring
-    2M tokens ten times for a model that saw 100k tells nothing more than 100k would."""
-    if setting is None:
-        return None
-    if setting == "auto":
-        return None if trained_tokens is None else max(AUTO_MIN_TOKENS, int(trained_tokens))
-    require("eval.max_tokens", setting, max_tokens_setting)
-    return setting
 
 
 def evaluate_checkpoint(

@@ -149,7 +149,7 @@ class Rotary(PositionalScheme):
         prepared = super().prepare(positions)
         with torch.autocast(device_type=positions.device.type, enabled=False):
             length = positions.shape[-1]
-            if self.scaling is not None and self.scaling.kind in ("dynamic_ntk", "longrope"):
+            if self.scaling is not None and self.scaling.reads_length:  # dynamic_ntk, longrope
                 # HF: the largest position + 1; here the window's span, so that a position
                 # offset (eval.position_offset) leaves a relative scheme unchanged
                 span = prepared.fp32.amax(dim=-1) - prepared.fp32.amin(dim=-1)
@@ -197,7 +197,7 @@ class Rotary(PositionalScheme):
         layer: int = 0,
     ) -> Tensor:
         """Plain rotary scores for keys closer than the window, and beyond it the scores of
-        queries and keys turned to other positions (rope_scaling.py):
+        queries and keys turned to other positions (positions/extensions/, `far_positions`):
 
         * rerope: queries at the window w over keys at 0 (leaky: w + (m − n − w)/k);
         * selfextend: queries at ⌊m/G⌋ + w − ⌊w/G⌋ over keys at ⌊n/G⌋, m and n counted from
@@ -209,24 +209,10 @@ class Rotary(PositionalScheme):
         distance = q_positions[..., :, None] - k_positions[..., None, :]
         if distance.dim() == 3:  # per-sequence positions: a head axis
             distance = distance[:, None]
-        if scaling.kind == "selfextend":
-            origin = k_positions.amin(dim=-1, keepdim=True)  # keys start at the window's first
-            group = scaling.group
-            far_q = torch.floor((q_positions - origin) / group) + (window - window // group)
-            far_k = torch.floor((k_positions - origin) / group)
-            return self._merged_scores(
-                q, k, q_positions, k_positions, distance < window, far_q, far_k
-            )
-        cap = window if scaling.kind == "rerope" else scaling.train_length
-        leak = scaling.leaky if scaling.kind == "rerope" else None
-        if leak is None:  # every key beyond the cap is seen at distance cap
-            far_q, far_k = torch.full_like(q_positions, cap), None
-        else:  # relative position (m − n)/k + w(1 − 1/k) = w + (m − n − w)/k
-            far_q, far_k = q_positions / leak + cap * (1 - 1 / leak), k_positions / leak
+        cap, far_q, far_k = scaling.far_positions(q_positions, k_positions, window)
         scores = self._merged_scores(q, k, q_positions, k_positions, distance < cap, far_q, far_k)
-        if scaling.kind == "lminfinite":  # the Λ: the first n_global keys and the local window
-            index = torch.arange(k.shape[-2], device=k.device)
-            seen = (distance < window) | (index < scaling.n_global)
+        seen = scaling.seen(distance, window)  # lminfinite's Λ
+        if seen is not None:
             scores = scores.masked_fill(~seen, float("-inf"))  # the diagonal is always seen
         return scores
 
