@@ -5,15 +5,12 @@ test changed."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import TINY, make_corpus
+from processes import copy_of_the_repository, run
 
 pytestmark = pytest.mark.slow
 
@@ -61,29 +58,6 @@ defaults:  # this file's options, then those it shares with other schemes (_shar
 _target_: poslab.positions.shifted_alibi.ShiftedALiBi
 shift: 2
 """
-
-
-def copy_of_the_repository(root: Path) -> Path:
-    """The checkout as the tests read it (src/, tests/, scripts/, docs/, the root files),
-    without its history, run folders and caches."""
-    top = {".git", "outputs", "build", "dist", "wandb", ".cache", ".benchmarks"}
-    caches = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache")
-
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        skipped = caches(folder, names)
-        return skipped | (top & set(names)) if Path(folder) == REPO else skipped
-
-    shutil.copytree(REPO, root, ignore=ignore, dirs_exist_ok=True)
-    return root
-
-
-def run(args: list[str], cwd: Path, timeout: int) -> subprocess.CompletedProcess:
-    """A command of the copy: its src/ first on the path (before the checkout's poslab)."""
-    env = {**os.environ, "PYTHONPATH": str(cwd / "src"), "WANDB_MODE": "offline"}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", POSLAB_CACHE=str(cwd / "cache"))
-    return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")

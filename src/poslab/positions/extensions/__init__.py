@@ -25,7 +25,7 @@ def extension_names() -> tuple[str, ...]:
 def extension_defaults(kind: Any) -> tuple[type[Extension], dict[str, Any]]:
     """(the class, the option defaults) of conf/extension/<kind>.yaml; a ConfigError naming the
     kinds for a name that is none of them."""
-    if not isinstance(kind, str) or not (EXTENSION_CONF / f"{kind}.yaml").is_file():
+    if not isinstance(kind, str) or kind not in extension_names():
         raise ConfigError(
             f"eval.rope_scaling.kind={kind!r}; choose one of {', '.join(extension_names())}"
         )
