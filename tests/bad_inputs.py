@@ -125,6 +125,17 @@ TRAIN_BAD = [
     train_case("trainer.enable_model_summary=maybe", expected="must be true or false"),
     train_case("trainer.enable_progress_bar=maybe", expected="must be auto, true or false"),
     train_case("data.name=[1]", expected="data.name=[1] must be a text"),
+    # callbacks composed from conf/callbacks/ (#44): a bad one before any work
+    train_case("callbacks.console.every=[1]", expected="ConsoleLine"),
+    train_case("+callbacks.x=5", expected="callbacks.x must be a mapping with a _target_"),
+    train_case(
+        "+callbacks.x={{_target_:poslab.data.tokens.TokenizedSplit}}",
+        expected="cannot build poslab.data.tokens.TokenizedSplit",
+    ),
+    train_case(
+        "+callbacks.x={{_target_:collections.OrderedDict}}",
+        expected="callbacks.x: collections.OrderedDict is not a lightning Callback",
+    ),
     train_case("data.seq_len=0", expected="data.seq_len=0"),
     train_case("data.batch_size=0", expected="data.batch_size=0"),
     train_case("model.d_model=33", expected="model.d_model=33 is not divisible by model.n_head"),

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from poslab.validate import EVAL_SCHEMA, TRAIN_SCHEMA
 
 CONF = Path(__file__).resolve().parents[1] / "src" / "poslab" / "conf"
-GROUPS = ("data", "model", "trainer", "eval", "logger", "attention")
+GROUPS = ("data", "model", "trainer", "eval", "logger", "attention", "callbacks")
 
 # options checked by the module they configure, before any work (each has tests of its own)
 CHECKED_BY = {
@@ -29,6 +29,7 @@ CHECKED_BY = {
     "trainer.accelerator": "lightning.Trainer, built before any data is read",
     "trainer.devices": "training.world_size_for, before any work",
     "after_training.": "each step's own check(), by validate.after_training_steps",
+    "callbacks.": "each callback built by training.configured_callbacks, before any work",
     "pos_name": "Hydra's choice of pos=",
     "model_name": "Hydra's choice of model=",
 }

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from poslab.build import read_checkpoint
 from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, LearningSpeed, RankFingerprints
-from poslab.console import ConsoleLine, progress_bar_setting
+from poslab.console import progress_bar_setting
 from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
 from poslab.instantiate import instantiate_checked
 from poslab.lit import LanguageModel
@@ -172,6 +172,7 @@ RESUMABLE_CHANGES = (
     "train",
     "attention",
     "after_training",
+    "callbacks",
 )
 
 
@@ -302,6 +303,10 @@ def run_training(cfg: DictConfig, after_training: list[Any] | None = None) -> di
     if after_training is None:
         after_training = check_run_config(cfg)  # bad input: one line before any data is read
     max_steps = max_steps_for(cfg)  # a process setup that cannot run fails before work
+    callbacks = cfg.get("callbacks")  # a bad one fails before work, too
+    configured_callbacks(
+        {"callbacks": OmegaConf.to_container(callbacks, resolve=True)} if callbacks else {}
+    )
     check_logger_options(OmegaConf.to_container(cfg.logger, resolve=True) if cfg.logger else None)
     resume = resume_checkpoint(cfg, out)
     if resume and resume.status.get("status") == "completed" and resume.step >= max_steps:
@@ -413,6 +418,32 @@ def _run_precision(cfg: DictConfig, resume: Resume | None) -> str:
     return precision
 
 
+def configured_callbacks(config: dict[str, Any]) -> list[L.Callback]:
+    """The callbacks of conf/callbacks/ (`callbacks:`), built in their order; null drops one.
+    A config written before the group existed gets the console line it always had."""
+    entries = config.get("callbacks")
+    if entries is None:
+        every = (config.get("trainer") or {}).get("log_every_n_steps", 50)
+        entries = {"console": {"_target_": "poslab.console.ConsoleLine", "every": every}}
+    built = []
+    for name, entry in entries.items():
+        if entry is None:
+            continue
+        if not isinstance(entry, dict) or "_target_" not in entry:
+            raise ConfigError(
+                f"callbacks.{name} must be a mapping with a _target_ (a Lightning Callback "
+                "class) and its options, or null to drop it"
+            )
+        callback = instantiate_checked(entry)
+        if not isinstance(callback, L.Callback):
+            raise ConfigError(
+                f"callbacks.{name}: {entry['_target_']} is not a lightning Callback; name a "
+                "Callback class"
+            )
+        built.append(callback)
+    return built
+
+
 def _build_trainer(
     cfg: DictConfig, config: dict[str, Any], out: Path, max_steps: int, logger: Any
 ) -> tuple[L.Trainer, ModelCheckpoint, LastCheckpoint]:
@@ -451,11 +482,7 @@ def _build_trainer(
     trainer_cfg["enable_progress_bar"] = progress_bar_setting(
         trainer_cfg.get("enable_progress_bar")
     )
-    callbacks: list[L.Callback] = [
-        best,
-        last,
-        ConsoleLine(trainer_cfg.get("log_every_n_steps", 50)),
-    ]
+    callbacks: list[L.Callback] = [best, last, *configured_callbacks(config)]
     if "task" in cfg.data:  # steps to learn (and train.stop_at_accuracy): before the checkpoints
         stop_at = cfg.train.get("stop_at_accuracy")
         target = stop_at if stop_at is not None else cfg.eval.get("learned_at", 0.9)
