@@ -9,7 +9,7 @@ For every scheme (the stems of conf/pos/*.yaml) it measures
 
 * training tokens/s at the training length L: exactly the step training takes (`model.loss`, the
   fused chunked cross-entropy; backward; gradient clipping at 1.0; AdamW; zero_grad), under the
-  autocast dtype of `--precision` (default `auto`, resolved by poslab.precision), on random
+  autocast dtype of `--precision` (default `auto`, resolved by poslab.model.precision), on random
   token ids; the model FLOPs utilisation (MFU) of that step against the peak matmul throughput
   measured on the device, at the same dtype, in the same run; peak memory of the step;
 * training tokens/s at 16·L with the same tokens per step, so that evaluation and training
@@ -58,7 +58,7 @@ from bench.run import Report, run_benchmark
 
 from poslab.arguments import OneLineParser, at_least, check_writable
 from poslab.errors import exit_on_config_error
-from poslab.precision import PRECISIONS
+from poslab.model.precision import PRECISIONS
 
 # what tests and notebooks use of the benchmark, besides main
 __all__ = [

@@ -4,7 +4,7 @@ for the tools people already run on HF models (lm-evaluation-harness, RULER, vLL
 python scripts/export_hf.py outputs/runs/DATE/TIME_NAME --out exported/rope
 lm_eval --model hf --model_args pretrained=exported/rope --tasks lambada_openai
 
-Exports where the architecture maps exactly (poslab/export.py): pos=learned -> GPT-2, pos=rope ->
+Exports where the architecture maps exactly (poslab/hf/export.py): pos=learned -> GPT-2, pos=rope ->
 GPT-NeoX (either pairing). The export is checked before it is kept: the HF model, loaded back
 from the folder, must give poslab's logits on a probe. Another scheme, a run folder without a
 checkpoint, an --out that holds files: one `error: ...` line with exit code 2, nothing written.
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         raise ConfigError(f"--out {args.out} is not an empty folder; pass a new folder")
     check_writable(args.out, "--out")
-    from poslab.export import export_and_check
+    from poslab.hf.export import export_and_check
 
     folder, architecture, gap = export_and_check(args.run, args.out, args.data_path)
     print(

@@ -32,7 +32,7 @@ cat "$OUT/machine.txt"
 # limit ran out and nothing came back (run this script's first minute as a call of its own)
 note "imports"
 if ! timeout "${IMPORT_LIMIT:-90}" python -X importtime -c \
-  "import torch, lightning, hydra, datasets, poslab.training; assert torch.cuda.is_available()" \
+  "import torch, lightning, hydra, datasets, poslab.run.training; assert torch.cuda.is_available()" \
   2>"$OUT/imports.log"; then
   tail -n 5 "$OUT/imports.log"
   note "the imports failed or hung: stopping"

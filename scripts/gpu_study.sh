@@ -32,7 +32,7 @@ note() { echo "[$(($(clock) - began))s] $*" | tee -a "$OUT/steps.txt"; }
 cat "$OUT/machine-$STEP.txt"
 note "imports"
 if ! timeout "${IMPORT_LIMIT:-90}" python3 -c \
-  "import torch, lightning, hydra, datasets, poslab.training, poslab.study.driver; assert torch.cuda.is_available() or '${REQUIRE_CUDA:-1}' == '0'" \
+  "import torch, lightning, hydra, datasets, poslab.run.training, poslab.study.driver; assert torch.cuda.is_available() or '${REQUIRE_CUDA:-1}' == '0'" \
   >"$OUT/imports-$STEP.log" 2>&1; then
   tail -n 5 "$OUT/imports-$STEP.log"
   note "the imports failed or hung: stopping"

@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # whose __init__ every import runs, only registers Hydra resolvers: the ground floor).
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "ground: errors and checks",
+        "ground: errors and checks (the root package's own modules)",
         (
             "poslab",
             "poslab.conf",
@@ -30,54 +30,46 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.arguments",
             "poslab.instantiate",
             "poslab.plotting",  # matplotlib helpers every figure uses (the θ plot of a scheme too)
+            # the floor folders' own __init__ (a docstring each)
+            "poslab.model",
+            "poslab.run",
+            "poslab.hf",
         ),
     ),
-    ("devices and numbers", ("poslab.precision", "poslab.losses")),
+    ("devices and numbers (model/)", ("poslab.model.precision", "poslab.model.losses")),
     (
         "parts: schemes, kernels, tasks, data",
         (
             "poslab.positions",
-            "poslab.attention",
-            "poslab.linear_attention",
+            "poslab.model.attention",
+            "poslab.model.linear_attention",
             "poslab.tasks",
             "poslab.data",
         ),
     ),
-    ("the model", ("poslab.model", "poslab.build")),
+    ("the model (model/)", ("poslab.model.gpt", "poslab.model.build")),
+    ("a run: checks, Lightning, tracking, the Hydra app (run/)", ("poslab.run",)),
     (
-        "a run: checks, Lightning, tracking, the Hydra app",
-        (
-            "poslab.validate",
-            "poslab.lit",
-            "poslab.callbacks",
-            "poslab.tracking",
-            "poslab.run_folder",
-            "poslab.console",
-            "poslab.runs",
-            "poslab.cli",
-            "poslab.training",
-        ),
-    ),
-    (
-        "evaluation",
+        "evaluation (evaluation/, hf/)",
         (
             "poslab.evaluation",
-            "poslab.pretrained",
-            "poslab.pretrained_attention",
-            "poslab.tiny_hf",  # the tiny HF models pretrained.py is checked on (tests, parity)
+            "poslab.hf.pretrained",
+            "poslab.hf.pretrained_attention",
+            "poslab.hf.tiny_hf",  # the tiny HF models pretrained.py is checked on (tests, parity)
         ),
     ),
     (
         "analysis and the commands",
-        ("poslab.analysis", "poslab.apps", "poslab.export", "poslab.study"),
+        ("poslab.analysis", "poslab.apps", "poslab.hf.export", "poslab.study"),
     ),
 ]
 
 
 def floor_of(module: str) -> int:
     for index, (_, prefixes) in enumerate(FLOORS):
-        # the root package names only itself: a new module must be given a floor
-        if any(module == p or (p != "poslab" and module.startswith(p + ".")) for p in prefixes):
+        # the ground floor names modules (and packages' own __init__) one by one: a new module
+        # must be given a floor; every other floor names packages and all they hold
+        if any(module == p or (index > 0 and module.startswith(p + ".")) for p in prefixes):
             return index
     raise ValueError(f"{module} has no floor in scripts/imports.py FLOORS; add it")
 

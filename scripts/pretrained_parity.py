@@ -6,9 +6,9 @@
     python scripts/pretrained_parity.py --archs llama gpt2 --kinds yarn --factors 2 \\
         --hooks rerope --out /tmp/parity.md             # a smoke run
 
-The tiny models of poslab/tiny_hf.py (Llama, Qwen2, GPT-NeoX, GPT-NeoX rotating half of each
+The tiny models of poslab/hf/tiny_hf.py (Llama, Qwen2, GPT-NeoX, GPT-NeoX rotating half of each
 head, GPT-2: the ones the tests assert on) are saved with save_pretrained and loaded back with
-poslab.pretrained.load_pretrained, the path `eval.py hf=ID` takes, then measured:
+poslab.hf.pretrained.load_pretrained, the path `eval.py hf=ID` takes, then measured:
 
 a. scorer: poslab's per-token loss (the model's final states × its output matrix, the scorer's
    fused chunked loss) against the loss of HF's own logits, and its mean against HF's
@@ -20,9 +20,9 @@ b. frequencies: for pi, dynamic_ntk, yarn (ramp=reference), llama3 and longrope 
    is seen against the effect;
 c. attention hook: rerope, selfextend, lminfinite and log-n with settings that change nothing
    against the untouched model; with settings that change attention, every layer's output
-   against a float64 reference of the formula (poslab/tiny_hf.py), the logits before the first
+   against a float64 reference of the formula (poslab/hf/tiny_hf.py), the logits before the first
    position the kind changes against the model's own, and how far later ones move;
-d. export: a random poslab model exported (poslab/export.py: learned -> GPT-2, rope -> GPT-NeoX,
+d. export: a random poslab model exported (poslab/hf/export.py: learned -> GPT-2, rope -> GPT-NeoX,
    either pairing) and loaded back through load_pretrained: logits and the scorer's per-token
    loss against poslab's own.
 
@@ -52,8 +52,8 @@ from torch import Tensor, nn
 
 from poslab.arguments import OneLineParser, at_least, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
-from poslab.precision import cpu_name
-from poslab.tiny_hf import ARCHITECTURES, CONTEXT, FREQUENCY_KINDS, HOOK_LENGTH, NEUTRAL, TRICKS
+from poslab.hf.tiny_hf import ARCHITECTURES, CONTEXT, FREQUENCY_KINDS, HOOK_LENGTH, NEUTRAL, TRICKS
+from poslab.model.precision import cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "outputs" / "pretrained_parity.md"
@@ -73,7 +73,7 @@ CPU = torch.device("cpu")
 SCORER_TOL = (1e-5, 1e-5)
 LOGIT_TOL = (2e-5, 1e-5)
 REFERENCE_TOL = (2e-5, 1e-4)
-EXPORT_TOL = (1e-4, 0.0)  # poslab/export.py keeps an export only within 1e-4 of poslab's logits
+EXPORT_TOL = (1e-4, 0.0)  # poslab/hf/export.py keeps an export only within 1e-4 of poslab's logits
 
 
 @dataclass
@@ -128,8 +128,8 @@ def random_ids(vocab: int, shape: tuple[int, int], seed: int) -> Tensor:
 
 
 def scorer_part(models: dict[str, nn.Module], tally: Tally) -> Table:
-    from poslab.losses import linear_token_nll
-    from poslab.pretrained import PretrainedLM, check_probe, rotary_state
+    from poslab.hf.pretrained import PretrainedLM, check_probe, rotary_state
+    from poslab.model.losses import linear_token_nll
 
     table = Table(
         "a. The scorer against the model's own loss",
@@ -196,9 +196,9 @@ def frequencies_part(
     factors: list[int],
     tally: Tally,
 ) -> Table:
+    from poslab.hf.pretrained import models_per_length, rotary_state
+    from poslab.hf.tiny_hf import frequency_kind
     from poslab.positions.rope_scaling import resolve_factor
-    from poslab.pretrained import models_per_length, rotary_state
-    from poslab.tiny_hf import frequency_kind
 
     header = ["model", "kind"]
     for s in factors:
@@ -261,15 +261,15 @@ def frequencies_part(
 
 
 def _rotary(model: nn.Module) -> bool:
-    from poslab.pretrained import rotary_modules
+    from poslab.hf.pretrained import rotary_modules
 
     return bool(rotary_modules(model))
 
 
 def hook_parts(models: dict[str, nn.Module], hooks: list[str], tally: Tally) -> list[Table]:
+    from poslab.hf.pretrained import hooked_model, models_per_length, rotary_state
+    from poslab.hf.tiny_hf import recorded_attention, reference_attention
     from poslab.positions.rope_scaling import RopeScaling
-    from poslab.pretrained import hooked_model, models_per_length, rotary_state
-    from poslab.tiny_hf import recorded_attention, reference_attention
 
     def hooked(model: nn.Module, arch: str, options: dict) -> nn.Module:
         return hooked_model(model, arch, RopeScaling(**options, train_length=CONTEXT))
@@ -290,7 +290,7 @@ def hook_parts(models: dict[str, nn.Module], hooks: list[str], tally: Tally) -> 
         "Self-Extend's group 4, LM-Infinite's 2 global tokens, leaky ReRoPE's k = 2): `vs "
         "reference`: every layer's attention output against the formula written in float64 "
         "from the layer's weights with one relative distance per query-key pair "
-        "(poslab/tiny_hf.py; poslab merges two score matrices instead); `before position p`: "
+        "(poslab/hf/tiny_hf.py; poslab merges two score matrices instead); `before position p`: "
         "the logits up to the first position the kind changes, against the model's own; "
         "`moves later logits by`: the largest change at or after p.",
         [
@@ -368,17 +368,17 @@ def hook_parts(models: dict[str, nn.Module], hooks: list[str], tally: Tally) -> 
 def export_part(tally: Tally, work: Path) -> Table:
     from tokenizers import Tokenizer, models
 
-    from poslab.export import export_hf
-    from poslab.losses import linear_token_nll
-    from poslab.model import GPT, GPTConfig
+    from poslab.hf.export import export_hf
+    from poslab.hf.pretrained import PretrainedLM, load_pretrained, rotary_state
+    from poslab.model.gpt import GPT, GPTConfig
+    from poslab.model.losses import linear_token_nll
     from poslab.positions.learned import LearnedPositions
     from poslab.positions.rope import Rotary
-    from poslab.pretrained import PretrainedLM, load_pretrained, rotary_state
 
     table = Table(
         "d. A poslab model exported as a Hugging Face model",
         "A random poslab model (2 layers, d = 32, 4 heads, vocabulary 64, weights moved off "
-        "their init) exported with poslab/export.py (what scripts/export_hf.py runs on a run's "
+        "their init) exported with poslab/hf/export.py (what scripts/export_hf.py runs on a run's "
         "checkpoint) and loaded back through `load_pretrained`, as `eval.py hf=FOLDER` loads "
         "it: the largest logit difference to poslab's own model over 2 windows at the trained "
         "length L (and at 4 L where the scheme has no table), and the largest per-token loss "
@@ -516,8 +516,8 @@ def main(argv: list[str] | None = None) -> None:
     check_writable(args.out, "--out", folder=False)
     import transformers
 
-    from poslab.pretrained import load_pretrained
-    from poslab.tiny_hf import save_tiny, tiny_text, tokenizer_for
+    from poslab.hf.pretrained import load_pretrained
+    from poslab.hf.tiny_hf import save_tiny, tiny_text, tokenizer_for
 
     transformers.logging.set_verbosity_error()  # saving reports and progress bars: not figures
     transformers.logging.disable_progress_bar()
@@ -527,11 +527,11 @@ def main(argv: list[str] | None = None) -> None:
         f"- **date**: {date:%Y-%m-%d %H:%M %Z}",
         f"- **command**: `{command_line(argv)}`",
         *machine(),
-        f"- **models**: poslab/tiny_hf.py's {', '.join(f'`{a}`' for a in archs)}: 2 layers, "
+        f"- **models**: poslab/hf/tiny_hf.py's {', '.join(f'`{a}`' for a in archs)}: 2 layers, "
         f"hidden size 32, 4 heads (Llama and Qwen2: 2 key/value heads), context {CONTEXT}, "
         "vocabulary 300 (a byte-level BPE), initializer_range 0.2 (10× HF's default, so that "
         "attention is far from uniform and positions show in the logits); each saved with "
-        "save_pretrained and loaded back with poslab.pretrained.load_pretrained (fp32, sdpa, "
+        "save_pretrained and loaded back with poslab.hf.pretrained.load_pretrained (fp32, sdpa, "
         "CPU), the path of `eval.py hf=ID`",
     ]
     tally, tables = Tally(), []

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         raise ConfigError(f"{args.folder} is not a folder; pass the folder that holds runs")
-    from poslab.runs import find_runs, runs_table
+    from poslab.run.runs import find_runs, runs_table
 
     runs = find_runs(args.folder)
     if args.last is not None:

@@ -119,7 +119,7 @@ def compose_train(overrides: list[str], out_dir: Path) -> DictConfig:
 
 
 def train_in_process(scheme: str, corpus: Path, out_dir: Path, extra: list[str] = ()) -> dict:
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     cfg = compose_train([f"pos={scheme}", f"data.path={corpus}", *TINY, *extra], out_dir)
     return run_training(cfg)
@@ -406,7 +406,7 @@ def mrope_runs(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 @pytest.fixture(scope="session")
 def task_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny passkey run (2 steps; no evaluation after training)."""
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     out = tmp_path_factory.mktemp("task") / "passkey"
     run_training(

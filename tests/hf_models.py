@@ -1,13 +1,13 @@
 """Tiny random Hugging Face causal LMs saved to folders, loaded back through the path a hub id
 takes (`from_pretrained`): no hub, no network. A byte-level BPE tokenizer trained on the test
-corpus goes with each model. The models themselves are poslab.tiny_hf's (the parity report,
+corpus goes with each model. The models themselves are poslab.hf.tiny_hf's (the parity report,
 scripts/pretrained_parity.py, measures the same ones); their names are re-exported here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from poslab.tiny_hf import ARCHITECTURES, CONTEXT, hf_config, hf_model, save_tiny, tokenizer_for
+from poslab.hf.tiny_hf import ARCHITECTURES, CONTEXT, hf_config, hf_model, save_tiny, tokenizer_for
 
 __all__ = ["ARCHITECTURES", "CONTEXT", "hf_config", "hf_model", "make_hf_models", "tokenizer_for"]
 

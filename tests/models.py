@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from poslab.instantiate import instantiate_checked
-from poslab.model import GPT, GPTConfig
+from poslab.model.gpt import GPT, GPTConfig
 from poslab.positions import scheme_configs
 
 VOCAB, D_MODEL, N_HEAD, N_LAYER = 41, 32, 4, 2

@@ -1,4 +1,4 @@
-"""poslab/attention.py: causal attention with a bias against the naive formula, the kernels'
+"""poslab/model/attention.py: causal attention with a bias against the naive formula, the kernels'
 options and the pairings they refuse (what every kernel computes for every scheme is in
 tests/positions/test_properties.py)."""
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from poslab.attention import SDPA, Auto, Blockwise, Flex, causal_attention
 from poslab.errors import ConfigError
-from poslab.model import GPT, GPTConfig
+from poslab.model.attention import SDPA, Auto, Blockwise, Flex, causal_attention
+from poslab.model.gpt import GPT, GPTConfig
 from poslab.positions.alibi import ALiBi
 from poslab.positions.cope import CoPE
 from poslab.positions.nope import NoPositions
@@ -121,7 +121,7 @@ def test_compiled_flex_has_room_for_every_evaluation_length():
     """dynamic=False compiles one FlexAttention per shape; past dynamo's recompile limit (8) the
     kernel would run eagerly and materialise every score, so an evaluation over many lengths
     must not reach it."""
-    from poslab.attention import _compiled_flex_attention
+    from poslab.model.attention import _compiled_flex_attention
 
     _compiled_flex_attention()  # on a CPU nothing compiles until it is called on CUDA
     dynamo = torch._dynamo.config

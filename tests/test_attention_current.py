@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from models import N_HEAD, build_kernel, build_scheme, tiny_gpt, tokens
 
-from poslab.attention import SDPA, StickBreaking, decay_attention, flex_available
 from poslab.errors import ConfigError
-from poslab.linear_attention import Linear
-from poslab.model import GPT, GPTConfig
+from poslab.model.attention import SDPA, StickBreaking, decay_attention, flex_available
+from poslab.model.gpt import GPT, GPTConfig
+from poslab.model.linear_attention import Linear
 
 D = 8  # head dim of the hand-made q, k, v
 
@@ -517,11 +517,11 @@ def test_table_rows_state_the_width_split_the_kernel_and_the_window():
     assert scheme_label({**sized, "model": model}) == "sinusoidal concatenated (8 of 64 dims)"
     added = {"pos_name": "learned", "pos": {"combine": "add"}, "model": model}
     assert scheme_label(added) == "learned"
-    stick = {"_target_": "poslab.attention.StickBreaking", "window": None}
+    stick = {"_target_": "poslab.model.attention.StickBreaking", "window": None}
     assert (
         scheme_label({"pos_name": "nope", "pos": {}, "attention": stick}) == "nope, stick-breaking"
     )
-    swa = {"_target_": "poslab.attention.Auto", "window": [32, 32, 32, None]}
+    swa = {"_target_": "poslab.model.attention.Auto", "window": [32, 32, 32, None]}
     schedule = {"pos_name": "schedule", "pos": {"layers": ["rope", "rope", "rope", "nope"]}}
     label = scheme_label({**schedule, "attention": swa})
     assert label == "schedule rope/rope/rope/nope, window 32/32/32/global"

@@ -236,7 +236,7 @@ def test_a_job_that_fails_in_warm_up_is_left_out_and_named(bench) -> None:
     from bench.run import warm_up_all
     from bench.timing import TrainJob, make_setup
 
-    from poslab.build import build_model
+    from poslab.model.build import build_model
 
     setup = make_setup("32-true", "cpu")
     model = build_model(scheme_config("tiny", "alibi", 8, 16, "auto"), 64)

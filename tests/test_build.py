@@ -1,4 +1,4 @@
-"""poslab/build.py: checkpoint paths say what they are and what to pass."""
+"""poslab/model/build.py: checkpoint paths say what they are and what to pass."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from poslab.build import read_checkpoint
 from poslab.errors import ConfigError
+from poslab.model.build import read_checkpoint
 
 
 def test_checkpoint_paths_say_what_they_are_and_what_to_pass(bad_corpora, tmp_path):

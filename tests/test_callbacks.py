@@ -1,4 +1,4 @@
-"""poslab/callbacks.py: checkpoints written atomically (a write with no room leaves the old file
+"""poslab/run/callbacks.py: checkpoints written atomically (a write with no room leaves the old file
 and no temporary)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from conftest import file_size_limit
 
-from poslab.callbacks import write_atomically
 from poslab.errors import DiskFull
+from poslab.run.callbacks import write_atomically
 
 
 def test_a_write_with_no_room_leaves_the_old_file_and_no_temporary(tmp_path):
@@ -60,9 +60,9 @@ def test_callbacks_are_composed_from_config(corpus, tmp_path):
     ]
     train_in_process("nope", corpus, tmp_path / "run", extra)
     assert counted.read_text() == "6"
-    from poslab.training import configured_callbacks
+    from poslab.run.training import configured_callbacks
 
-    console = {"_target_": "poslab.console.ConsoleLine", "every": 2}
+    console = {"_target_": "poslab.run.console.ConsoleLine", "every": 2}
     assert configured_callbacks({"callbacks": {"console": None}}) == []
     assert [type(c).__name__ for c in configured_callbacks({"callbacks": {"c": console}})] == [
         "ConsoleLine"

@@ -1,4 +1,4 @@
-"""What a run prints and how runs are found (poslab/console.py, poslab/runs.py): a line per
+"""What a run prints and how runs are found (poslab/run/console.py, poslab/run/runs.py): a line per
 log_every_n_steps, Lightning's messages once and without small talk, run names that tell runs
 apart, `outputs/latest`, `scripts/runs.py`, report headers that say what was scored."""
 
@@ -13,12 +13,12 @@ import sys
 import pytest
 from conftest import REPO, compose_train, make_corpus, train_in_process
 
-from poslab.console import progress_bar_setting, quiet_libraries
-from poslab.runs import find_runs, runs_table
+from poslab.run.console import progress_bar_setting, quiet_libraries
+from poslab.run.runs import find_runs, runs_table
 
 
 def test_a_training_run_logs_a_line_every_log_every_n_steps(corpus, tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="poslab.training"):
+    with caplog.at_level(logging.INFO, logger="poslab.run.training"):
         train_in_process("rope", corpus, tmp_path / "run", ["trainer.log_every_n_steps=10"])
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
     assert [line.split(" |")[0] for line in lines] == [f"step {n}/40" for n in (10, 20, 30, 40)]

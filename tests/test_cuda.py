@@ -120,7 +120,7 @@ def test_every_kernel_on_cuda_equals_the_cpu_reference(scheme, kernel):
 
 
 def test_precision_auto_is_bf16_mixed_on_a_gpu_with_bf16():
-    from poslab.precision import resolve_precision
+    from poslab.model.precision import resolve_precision
 
     want = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
     assert resolve_precision("auto", "cuda") == want
@@ -136,7 +136,7 @@ def test_a_real_run_on_cuda_trains_with_fused_adamw_and_clipping(
     """A Lightning run on the GPU at precision auto: bf16-mixed, fused AdamW stepping with
     gradient clipping at 1.0 (poslab clips itself where Lightning refuses fused optimizers), and
     the validation loss falls; eval after training runs on the GPU too."""
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     overrides = [
         f"pos={scheme}",

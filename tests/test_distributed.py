@@ -17,7 +17,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 from poslab.data.cache import TokenCache
 from poslab.errors import ConfigError
-from poslab.training import max_steps_for, run_training, world_size_for
+from poslab.run.training import max_steps_for, run_training, world_size_for
 
 BUDGET = 65536  # tokens; TINY steps train on batch 16 × seq_len 16 = 256 tokens per process
 FSDP_ON_CPU = r"^trainer=fsdp needs CUDA GPUs; use trainer=ddp on CPUs$"
@@ -117,7 +117,7 @@ def test_fsdp_config_shards_every_block(four_gpus, corpus, tmp_path):
     from lightning.pytorch.strategies import FSDPStrategy
     from torch.distributed.fsdp import ShardingStrategy
 
-    from poslab.model import MLP, Block, GPTConfig
+    from poslab.model.gpt import MLP, Block, GPTConfig
 
     cfg = budget_cfg(corpus, tmp_path, ["trainer=fsdp"])
     strategy = instantiate(cfg.trainer.strategy)

@@ -14,7 +14,17 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 # config groups a user picks from (hydra/ is Hydra's own settings; eval/ holds one file)
-GROUPS = ("pos", "model", "attention", "data", "trainer", "logger", "eval", "experiment", "callbacks")
+GROUPS = (
+    "pos",
+    "model",
+    "attention",
+    "data",
+    "trainer",
+    "logger",
+    "eval",
+    "experiment",
+    "callbacks",
+)
 
 
 def _stems(group: str) -> set[str]:

@@ -1,4 +1,4 @@
-"""scripts/export_hf.py (poslab/export.py): poslab models as standard HF models where the
+"""scripts/export_hf.py (poslab/hf/export.py): poslab models as standard HF models where the
 architecture maps exactly, learned -> GPT-2 and rope -> GPT-NeoX; the HF model, loaded back
 from its folder, gives poslab's logits; every other model is one line and nothing written."""
 
@@ -9,8 +9,8 @@ import torch
 from conftest import run_in_process
 
 from poslab.data.cache import TokenCache
-from poslab.export import export_hf, logit_gap
-from poslab.model import GPT, GPTConfig
+from poslab.hf.export import export_hf, logit_gap
+from poslab.model.gpt import GPT, GPTConfig
 from poslab.positions.learned import LearnedPositions
 from poslab.positions.rope import Rotary
 
@@ -21,8 +21,8 @@ def test_a_trained_run_exports_and_loads_back_with_equal_logits(
 ):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from poslab.build import load_checkpoint
     from poslab.evaluation.run import checkpoint_of_run
+    from poslab.model.build import load_checkpoint
 
     run = trained_runs[scheme][0]
     out = tmp_path / "hf"

@@ -13,8 +13,8 @@ from conftest import compose_train
 from torch import nn
 
 from poslab.errors import ConfigError
-from poslab.linear_attention import FEATURE_MAPS, Linear, causal_linear_attention
-from poslab.model import GPT, GPTConfig
+from poslab.model.gpt import GPT, GPTConfig
+from poslab.model.linear_attention import FEATURE_MAPS, Linear, causal_linear_attention
 from poslab.positions import build_scheme, scheme_configs
 from poslab.positions.nope import NoPositions
 from poslab.positions.rope import Rotary
@@ -93,7 +93,7 @@ NEEDS_SCORES = [
 
 @pytest.mark.parametrize("scheme", NEEDS_SCORES)
 def test_schemes_that_need_the_score_matrix_are_a_one_line_error(scheme, tmp_path):
-    from poslab.validate import check_run_config
+    from poslab.run.validate import check_run_config
 
     cfg = compose_train([f"pos={scheme}", "attention=linear", "model=tiny"], tmp_path)
     with pytest.raises(
@@ -118,7 +118,7 @@ def test_bad_linear_options(options, message):
 
 @pytest.mark.parametrize("scheme", ["rope", "learned"])
 def test_training_with_linear_attention(corpus, tmp_path, scheme):
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     cfg = compose_train(
         [

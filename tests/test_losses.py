@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from poslab.losses import IGNORE_INDEX, linear_cross_entropy, linear_token_nll
+from poslab.model.losses import IGNORE_INDEX, linear_cross_entropy, linear_token_nll
 
 
 def _data(n: int = 50, d: int = 16, vocab: int = 37, seed: int = 0):

@@ -1,4 +1,4 @@
-"""poslab/model.py: the GPT's plumbing (tied head, position shapes, the loss), and the rule
+"""poslab/model/gpt.py: the GPT's plumbing (tied head, position shapes, the loss), and the rule
 that no generic module branches on a scheme's name."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from models import D_MODEL, VOCAB, tiny_gpt, tokens
 from torch import nn
 
 from poslab.errors import ConfigError
-from poslab.model import GPTConfig
+from poslab.model.gpt import GPTConfig
 from poslab.positions import scheme_names
 
 
@@ -174,26 +174,26 @@ NAMED_ON_PURPOSE = {
     # rising)
     "poslab.evaluation.compare",
     # the schemes that map to an HF architecture (learned -> GPT-2, rope -> GPT-NeoX)
-    "poslab.export",
+    "poslab.hf.export",
     # an HF model's rotary module, where eval-time frequency kinds reach it
-    "poslab.pretrained",
+    "poslab.hf.pretrained",
     # the attention hook that gives HF rotary models the eval-time kinds that change attention
     # (rerope, selfextend, lminfinite, log-n)
-    "poslab.pretrained_attention",
+    "poslab.hf.pretrained_attention",
     # tiny HF models with HF's own rope_parameters of each kind, and float64 references of the
     # kinds' formulas: parity tests and scripts/pretrained_parity.py
-    "poslab.tiny_hf",
+    "poslab.hf.tiny_hf",
 }
 GENERIC_MODULES = [m for m in _generic_modules() if m not in NAMED_ON_PURPOSE]
 
 
 def test_the_generic_modules_are_the_package():
     assert {
-        "poslab.model",
-        "poslab.attention",
+        "poslab.model.gpt",
+        "poslab.model.attention",
         "poslab.evaluation.plan",
         "poslab.data.cache",
-        "poslab.run_folder",
+        "poslab.run.run_folder",
         "poslab.tasks.base",
     } <= set(GENERIC_MODULES)
     assert set(_generic_modules()) >= NAMED_ON_PURPOSE

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from poslab import precision
 from poslab.errors import ConfigError
+from poslab.model import precision
 
 
 @pytest.mark.parametrize("setting", ["32-true", "bf16-mixed", "16-mixed"])

@@ -1,4 +1,4 @@
-"""eval.py hf=MODEL (poslab/pretrained.py): a pretrained HF causal LM in poslab's evaluation.
+"""eval.py hf=MODEL (poslab/hf/pretrained.py): a pretrained HF causal LM in poslab's evaluation.
 
 Tiny random models of four architectures are saved to folders and loaded back through
 `from_pretrained` (the path a hub id takes, without the hub). Checked: poslab's scorer gives the
@@ -19,16 +19,16 @@ from conftest import run_in_process
 from hf_models import ARCHITECTURES, CONTEXT, hf_model, tokenizer_for
 
 from poslab.errors import ConfigError
-from poslab.losses import linear_token_nll
-from poslab.positions.rope_scaling import RopeScaling
-from poslab.pretrained import (
+from poslab.hf.pretrained import (
     PretrainedLM,
     encode_text,
     load_pretrained,
     models_per_length,
     rotary_state,
 )
-from poslab.tiny_hf import FREQUENCY_KINDS, frequency_kind
+from poslab.hf.tiny_hf import FREQUENCY_KINDS, frequency_kind
+from poslab.model.losses import linear_token_nll
+from poslab.positions.rope_scaling import RopeScaling
 
 ROTARY = [a for a in ARCHITECTURES if a != "gpt2"]
 CPU = torch.device("cpu")

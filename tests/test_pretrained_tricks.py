@@ -1,10 +1,10 @@
 """eval.py hf= with the kinds that change attention itself: ReRoPE, Self-Extend, LM-Infinite
-and log-n, through the attention hook (poslab/pretrained_attention.py).
+and log-n, through the attention hook (poslab/hf/pretrained_attention.py).
 
 Tiny random Llama, Qwen2 and GPT-NeoX models (also with partial rotary) are saved and loaded
 back with `from_pretrained` (tests/hf_models.py). Checked: settings that change nothing give the
 model's own logits; each kind changes every layer's attention exactly as its formula says,
-against a float64 reference from the model's weights (poslab/tiny_hf.py: one relative distance
+against a float64 reference from the model's weights (poslab/hf/tiny_hf.py: one relative distance
 per query-key pair, where poslab merges two score matrices); logits inside the window are the
 model's own and later ones change; Mistral keeps its sliding window; the model's own attention
 (sdpa) and frequencies are back after every hooked forward; eval.py runs end to end; a model
@@ -21,8 +21,7 @@ from conftest import contract_problems, run_in_process
 from hf_models import CONTEXT, hf_model, tokenizer_for
 
 from poslab.errors import ConfigError
-from poslab.positions.rope_scaling import RopeScaling
-from poslab.pretrained import (
+from poslab.hf.pretrained import (
     PretrainedLM,
     check_hook,
     hooked_model,
@@ -30,7 +29,7 @@ from poslab.pretrained import (
     models_per_length,
     rotary_state,
 )
-from poslab.tiny_hf import (
+from poslab.hf.tiny_hf import (
     HOOK_LENGTH,
     NEUTRAL,
     ROTARY,
@@ -39,6 +38,7 @@ from poslab.tiny_hf import (
     recorded_attention,
     reference_attention,
 )
+from poslab.positions.rope_scaling import RopeScaling
 
 CPU = torch.device("cpu")
 LENGTH = HOOK_LENGTH  # tokens per probe: beyond the trained context, so LM-Infinite's cap shows

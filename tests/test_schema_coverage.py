@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from poslab.validate import EVAL_SCHEMA, TRAIN_SCHEMA
+from poslab.run.validate import EVAL_SCHEMA, TRAIN_SCHEMA
 
 CONF = Path(__file__).resolve().parents[1] / "src" / "poslab" / "conf"
 GROUPS = ("data", "model", "trainer", "eval", "logger", "attention", "callbacks")

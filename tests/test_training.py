@@ -12,9 +12,9 @@ import torch
 from conftest import SCHEMES, TINY, compose_train, train_in_process
 from processes import folder_digest, status_of, val_losses
 
-from poslab.build import load_checkpoint
 from poslab.errors import ConfigError
-from poslab.training import run_training
+from poslab.model.build import load_checkpoint
+from poslab.run.training import run_training
 
 
 def metrics_csv(run: Path) -> list[dict]:
@@ -100,7 +100,7 @@ def test_token_budget_sets_steps(corpus, tmp_path):
         [f"data.path={corpus}", *TINY, "train.max_tokens=4096", "eval.after_train=false"],
         tmp_path,
     )
-    from poslab.training import max_steps_for
+    from poslab.run.training import max_steps_for
 
     assert max_steps_for(cfg) == 4096 // (16 * 16)
 
@@ -154,7 +154,7 @@ def test_bad_options_fail_before_any_training(corpus, tmp_path, override, messag
 
 
 def test_warmup_longer_than_the_run_is_capped():
-    from poslab.lit import warmup_steps_for
+    from poslab.run.lit import warmup_steps_for
 
     assert warmup_steps_for(100, 60) == 12  # a fifth of the run
     assert warmup_steps_for(60, 600) == 60  # a sensible warm-up is kept
@@ -251,7 +251,7 @@ def test_checkpoints_never_pass_through_tmpdir(corpus, tmp_path, monkeypatch):
 )
 def test_corpus_only_evaluation_options_on_a_task_run_are_refused_before_training(tmp_path, option):
     """eval.py refused them on a task checkpoint; train.py took them without a word (#43)."""
-    from poslab.validate import check_run_config
+    from poslab.run.validate import check_run_config
 
     (tmp_path / "docs.txt").write_text("a long document of words\n")
     option = option.format(docs=tmp_path / "docs.txt")

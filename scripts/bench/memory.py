@@ -14,7 +14,7 @@ import torch
 
 from bench.configs import REPO, scheme_config
 from bench.timing import EvalJob, TrainJob, default_batch_tokens, make_setup, synthetic_split
-from poslab.build import build_model
+from poslab.model.build import build_model
 
 # the server is this command with --memory-server
 SCRIPT = REPO / "scripts" / "benchmark.py"
@@ -134,7 +134,7 @@ def serve_memory() -> None:
     spec, one result line on stdout. The server itself never computes (so no thread pool exists
     when it forks)."""
     import poslab.evaluation.perplexity  # noqa: F401  (the children evaluate; import it once)
-    import poslab.lit  # noqa: F401  (the children's optimizer asks it; import it once here)
+    import poslab.run.lit  # noqa: F401  (the children's optimizer asks it; import it once here)
 
     for line in sys.stdin:
         spec = json.loads(line)

@@ -14,9 +14,9 @@ from bench.configs import (
     config_names,
     scheme_config,
 )
-from poslab.build import build_scheme, gpt_config_of
 from poslab.errors import ConfigError
 from poslab.instantiate import instantiate_checked
+from poslab.model.build import build_scheme, gpt_config_of
 
 
 def kernel_choices() -> list[str]:

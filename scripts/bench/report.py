@@ -483,7 +483,7 @@ EXPLANATION = """\
 How to read this (and how it is measured; `scripts/benchmark.py` has the code):
 
 - **tok/s**: training tokens per second of the real training step: `model.loss` (the fused,
-  chunked output projection + cross-entropy of poslab.losses), backward, gradient clipping at
+  chunked output projection + cross-entropy of poslab.model.losses), backward, gradient clipping at
   1.0, AdamW (fused where training fuses it), `zero_grad(set_to_none=True)`, forward under the
   autocast dtype of the precision; random token ids, no data loading. The median over rounds;
   ±x% is half the range of the rounds relative to the median. Every round times every job of

@@ -41,8 +41,8 @@ from bench.timing import (
     synthetic_split,
     train_flops_per_token,
 )
-from poslab.build import build_model
-from poslab.precision import cpu_name
+from poslab.model.build import build_model
+from poslab.model.precision import cpu_name
 
 
 @dataclass
@@ -200,7 +200,7 @@ def build_jobs(
                 r.peer_params = sum(p.numel() for p in peer.parameters())
                 add(peer_train, "x-transformers training")
         if options.compile:
-            # as trainer.compile=true does (poslab.lit): the network body compiled, the fused
+            # as trainer.compile=true does (poslab.run.lit): the network body compiled, the fused
             # chunked loss eager; on a copy, so that the eager jobs keep an eager model
             twin = copy.deepcopy(model)
             twin.hidden_states = torch.compile(twin.hidden_states)
@@ -250,7 +250,8 @@ def run_benchmark(
     "vs nope" divides by a nope measured at the same moment of the machine. After each block,
     `on_block` gets the report so far (`partial` says how far), so that a stopped run keeps
     what it measured."""
-    from bench.plan import plan  # poslab.build: not needed by what imports this module's types
+    # poslab.model.build: not needed by what imports this module's types
+    from bench.plan import plan
 
     say = progress or (lambda msg: None)
     started = time.perf_counter()

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from bench.configs import Options
-from poslab.model import GPT
-from poslab.precision import AUTOCAST_DTYPE, resolve_precision
+from poslab.model.gpt import GPT
+from poslab.model.precision import AUTOCAST_DTYPE, resolve_precision
 
 # poslab.data and poslab.evaluation.perplexity are imported where they are used: they import
 # Lightning (seconds), which a bad argument should not wait for
@@ -63,10 +63,10 @@ class _Capture(logging.Handler):
 
 
 def make_setup(precision: str, device: str) -> Setup:
-    """Resolve `precision` on `device` as training does, keeping poslab.precision's reason."""
+    """Resolve `precision` on `device` as training does, keeping poslab.model.precision's reason."""
     dev = torch.device(device)
     capture = _Capture()
-    logger = logging.getLogger("poslab.precision")
+    logger = logging.getLogger("poslab.model.precision")
     old_level = logger.level
     logger.addHandler(capture)
     logger.setLevel(logging.INFO)
@@ -141,10 +141,10 @@ def train_flops_per_token(model: GPT, seq_len: int) -> float:
 
 
 def fused_adamw(device: torch.device) -> bool | None:
-    """Whether training uses the fused AdamW kernel on `device` (poslab.lit decides; older
+    """Whether training uses the fused AdamW kernel on `device` (poslab.run.lit decides; older
     versions of it fuse on CUDA only)."""
     try:
-        from poslab.lit import fused_adamw_supported
+        from poslab.run.lit import fused_adamw_supported
     except ImportError:
         return device.type == "cuda" or None
     return fused_adamw_supported(device) or None

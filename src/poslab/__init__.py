@@ -27,7 +27,7 @@ def _eval_dir(out_dir: str | None, run: str | None, ckpt: str | None, hf: str | 
     if ckpt:
         parent = Path(ckpt).expanduser().absolute().parent
         return str(parent.parent if parent.name == "checkpoints" else parent)
-    if hf:  # a pretrained model: outputs/pretrained/<name>/ (poslab/pretrained.py)
+    if hf:  # a pretrained model: outputs/pretrained/<name>/ (poslab/hf/pretrained.py)
         from poslab.names import pretrained_folder
 
         return str(pretrained_folder(str(hf)).absolute())

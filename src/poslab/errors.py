@@ -34,7 +34,7 @@ def report(err: ConfigError) -> None:
 
 def exit_on_config_error(fn: F) -> F:
     """For scripts without Hydra: a ConfigError raised anywhere below `fn` becomes
-    `error: <message>` on stderr and exit code 2. (Hydra entry points use poslab.cli.)"""
+    `error: <message>` on stderr and exit code 2. (Hydra entry points use poslab.run.cli.)"""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -25,8 +25,8 @@ from poslab.analysis import (
     wavelengths,
     yarn_ramp,
 )
-from poslab.build import build_model
 from poslab.data.cache import TokenCache
+from poslab.model.build import build_model
 from poslab.positions import scheme_configs
 from poslab.positions.rope import rope_theta
 from poslab.positions.sinusoidal import SinusoidalPositions
@@ -117,7 +117,7 @@ def tiny_config(pos: str, data: dict | None = None) -> dict:
         "data": data or {"seq_len": TRAIN_LENGTH},
         "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 64, "dropout": 0.0},
         "pos": scheme_configs(TRAIN_LENGTH)[pos],
-        "attention": {"_target_": "poslab.attention.Auto", "block_size": 1024},
+        "attention": {"_target_": "poslab.model.attention.Auto", "block_size": 1024},
         "pos_name": pos,
     }
 

@@ -27,7 +27,7 @@ from poslab.data.tokens import EOS, encode_lines, train_tokenizer
 from poslab.errors import ConfigError
 from poslab.evaluation.plan import plan_checkpoint
 from poslab.evaluation.run import evaluate_checkpoint
-from poslab.pretrained import encode_text
+from poslab.hf.pretrained import encode_text
 
 # the toy corpus' words (conftest.make_corpus), so the word tokenizer knows them
 SENTENCE = "the a1 n3 v3 the n7 ."

@@ -133,7 +133,7 @@ def test_a_row_some_seeds_of_which_learned_says_how_many_in_table_and_figure():
 
 
 def test_training_stops_at_the_validation_accuracy_and_reports_the_step(tmp_path):
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     out = tmp_path / "run"
     cfg = compose_train(

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from poslab.attention import SDPA
 from poslab.data.tokens import TokenizedSplit
 from poslab.evaluation.perplexity import make_windows, score
-from poslab.model import GPT, GPTConfig
+from poslab.model.attention import SDPA
+from poslab.model.gpt import GPT, GPTConfig
 from poslab.positions.alibi import ALiBi
 from poslab.positions.nope import NoPositions
 from poslab.positions.rope import Rotary

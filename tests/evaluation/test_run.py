@@ -223,7 +223,7 @@ def test_a_run_is_scored_with_its_own_tokenizer_whatever_the_corpus_gives_now(
     rows, _ = evaluate_text(plan_checkpoint(ckpt, cfg), None, str(other))
     assert [r["ppl"] for r in rows] == pytest.approx([r["ppl"] for r in own], rel=1e-6)
     # the run keeps its tokenizer beside its checkpoints, as the checkpoints hold it
-    from poslab.build import read_checkpoint
+    from poslab.model.build import read_checkpoint
 
     assert read_checkpoint(ckpt)["tokenizer"]["json"] == (run / "tokenizer.json").read_text()
 

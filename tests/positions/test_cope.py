@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poslab.attention import masked_keys
+from poslab.model.attention import masked_keys
 from poslab.positions.cope import ContextualScores, CoPE
 
 D_MODEL, N_HEAD = 32, 4

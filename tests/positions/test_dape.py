@@ -12,8 +12,8 @@ import torch
 from models import tiny_gpt, tokens
 from torch import nn
 
-from poslab.attention import masked_keys
 from poslab.errors import ConfigError
+from poslab.model.attention import masked_keys
 from poslab.positions import build_scheme
 from poslab.positions.alibi import alibi_slopes
 from poslab.positions.dape import DAPE, PairMLP

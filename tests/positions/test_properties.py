@@ -18,10 +18,10 @@ import pytest
 import torch
 from models import build_kernel, build_scheme, kernel_config, kernel_names, tiny_gpt, tokens
 
-from poslab.attention import flex_available
 from poslab.data.tokens import TokenizedSplit
 from poslab.errors import ConfigError
 from poslab.evaluation.perplexity import score
+from poslab.model.attention import flex_available
 from poslab.positions import scheme_class, scheme_configs, scheme_names
 
 # options tried on every scheme whose YAML has them (besides its defaults)

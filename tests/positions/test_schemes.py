@@ -14,9 +14,9 @@ import torch
 from conftest import CONF, score_checkpoint
 from models import tiny_gpt
 
-from poslab.build import scheme_with_overrides
 from poslab.errors import ConfigError
-from poslab.model import GPTConfig
+from poslab.model.build import scheme_with_overrides
+from poslab.model.gpt import GPTConfig
 from poslab.positions import build_scheme, scheme_class, scheme_configs, scheme_names
 
 D_MODEL, N_HEAD, VOCAB = 32, 4, 41
@@ -168,7 +168,7 @@ def test_a_base_override_on_a_rope_checkpoint_changes_perplexity(trained_runs):
 def test_checkpoints_of_the_first_edition_still_load(trained_runs, name, tmp_path):
     """A checkpoint as #2/#3 wrote it: derived buffers saved (θ, θ_init, slopes), T5's table as
     an nn.Embedding, the kernel as model.attention / model.attn_block_size."""
-    from poslab.build import load_checkpoint
+    from poslab.model.build import load_checkpoint
 
     ckpt = torch.load(trained_runs[name][0] / "checkpoints" / "best.ckpt", weights_only=True)
     state, config = ckpt["state_dict"], ckpt["hyper_parameters"]["config"]

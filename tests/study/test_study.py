@@ -213,7 +213,7 @@ def test_a_bad_study_file_is_one_line(recipe, expected, corpus, tmp_path, capsys
 
 
 def test_a_second_driver_on_a_study_is_refused(corpus, tmp_path, capsys):
-    from poslab.run_folder import RunLock
+    from poslab.run.run_folder import RunLock
 
     out = tmp_path / "study"
     out.mkdir()

@@ -138,7 +138,7 @@ TINY = [
 def test_training_on_a_needle_task_reports_baselines_learned_at_l_and_effective_length(
     name, tmp_path
 ):
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     out = tmp_path / name
     run_training(compose_train([f"data={name}", "pos=rope", *TINY], out))

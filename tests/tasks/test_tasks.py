@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from poslab.errors import ConfigError
 from poslab.evaluation.compare import compare
-from poslab.losses import IGNORE_INDEX
+from poslab.model.losses import IGNORE_INDEX
 from poslab.tasks import TRAIN, VALIDATION, TaskDataModule, TaskExamples, example_rng, score
 from poslab.tasks.assoc_recall import AssocRecall
 from poslab.tasks.copy import Copy
@@ -167,7 +167,7 @@ TASK_TINY = [
 
 @pytest.mark.parametrize("name", TASKS)
 def test_training_on_a_task_writes_accuracy_per_length(name, tmp_path):
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     out = tmp_path / name
     cfg = compose_train([f"data={name}", "pos=alibi", *TASK_TINY, "logger=csv"], out)
@@ -189,7 +189,7 @@ def test_training_on_a_task_writes_accuracy_per_length(name, tmp_path):
 
 
 def test_task_runs_of_two_seeds_merge_into_mean_and_sd_with_a_heatmap(tmp_path):
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     runs = []
     for seed in (1, 2):
@@ -268,7 +268,7 @@ def test_grid_cells_copy_the_row_above_shifted_and_positions_are_row_column():
 
 
 def test_grid_batches_carry_positions_and_a_1d_scheme_reads_the_token_index(tmp_path):
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     made = TaskExamples(Grid(), 64, 4, seed=0, stream=TRAIN, train=True)
     inputs, targets, positions = made[0]
@@ -289,7 +289,7 @@ def test_grid_batches_carry_positions_and_a_1d_scheme_reads_the_token_index(tmp_
 
 
 def test_a_scheme_with_other_position_axes_than_the_data_is_one_line(tmp_path):
-    from poslab.validate import check_run_config
+    from poslab.run.validate import check_run_config
 
     cfg = compose_train(["data=grid", "pos=mrope", "pos.axes=3", "model=tiny"], tmp_path)
     with pytest.raises(
@@ -333,7 +333,7 @@ def test_image_grids_are_read_through_datasets_and_quantised(tmp_path):
 
 
 def test_training_on_images_evaluates_larger_grids(tmp_path):
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     folder = make_images(tmp_path / "imgs")
     out = tmp_path / "run"

@@ -16,8 +16,8 @@ from torch import Tensor
 
 from poslab.analysis.checkpoints import checkpoint_path, scheme_name
 from poslab.analysis.figures import save
-from poslab.attention import Blockwise
 from poslab.errors import ConfigError
+from poslab.model.attention import Blockwise
 from poslab.plotting import finish_figure, natural_sorted, new_figure, styles_for
 
 
@@ -139,7 +139,7 @@ def check_attention_input(path: str | Path, factor: float, data_path: str | None
     """What would stop the attention analysis of one checkpoint, found before any model runs
     (and before the output folder is made): a checkpoint of a generated task (no corpus to run
     on), windows too short to hold a query and a key, a corpus that is gone."""
-    from poslab.build import read_checkpoint
+    from poslab.model.build import read_checkpoint
 
     ckpt = checkpoint_path(path)
     data = read_checkpoint(ckpt)["hyper_parameters"]["config"].get("data") or {}
@@ -202,7 +202,7 @@ def analyse_checkpoint(
 ) -> list[dict]:
     """One row per (layer, head) of a checkpoint (see cli.py's doc). A scheme that cannot
     represent the length (learned positions beyond their table) is a ConfigError."""
-    from poslab.build import load_checkpoint
+    from poslab.model.build import load_checkpoint
 
     ckpt = checkpoint_path(path)
     model, config = load_checkpoint(ckpt)

@@ -37,7 +37,7 @@ def t5_bucket_rows(path: str | Path, factor: float = 16.0) -> list[dict]:
     """One row per bucket of one checkpoint's T5 table: its distances, the bias per head (and
     their mean) and its share of the pairs at L and at factor × L (a ConfigError for a
     checkpoint of another scheme)."""
-    from poslab.build import load_checkpoint
+    from poslab.model.build import load_checkpoint
 
     ckpt = checkpoint_path(path)
     model, config = load_checkpoint(ckpt)

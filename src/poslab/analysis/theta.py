@@ -13,7 +13,7 @@ from poslab.positions.rope_theta import plot_theta, theta_ratio_rows
 
 def theta_rows(path: str | Path) -> list[dict]:
     """θ_i/θ_i(init) per frequency of one checkpoint (a ConfigError if its θ is fixed)."""
-    from poslab.build import load_checkpoint
+    from poslab.model.build import load_checkpoint
 
     ckpt = checkpoint_path(path)
     model, config = load_checkpoint(ckpt)

@@ -7,8 +7,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from poslab.cli import hydra_task, run_app
 from poslab.errors import ConfigError
+from poslab.run.cli import hydra_task, run_app
 
 # eval.py's own top-level options: paths (or null), and a switch
 PATH_KEYS = ("ckpt", "run", "hf", "out_dir", "data_path")

@@ -4,8 +4,8 @@
 import hydra
 from omegaconf import DictConfig
 
-from poslab.cli import hydra_task, run_app
-from poslab.validate import check_run_config
+from poslab.run.cli import hydra_task, run_app
+from poslab.run.validate import check_run_config
 
 
 @hydra.main(version_base="1.3", config_path="pkg://poslab.conf", config_name="train")
@@ -13,7 +13,7 @@ from poslab.validate import check_run_config
 def main(cfg: DictConfig) -> float:
     # before Lightning is imported: bad input fails in about a second
     after_training = check_run_config(cfg)
-    from poslab.training import run_training
+    from poslab.run.training import run_training
 
     return run_training(cfg, after_training)["best_val_loss"]
 

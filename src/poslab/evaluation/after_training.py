@@ -24,7 +24,7 @@ class EvaluateAfterTraining:
         check_before_training(config, gpt_config, scheme, task)
 
     def __call__(self, run: Any) -> None:
-        """`run`: the finished training (poslab.training.FinishedRun)."""
+        """`run`: the finished training (poslab.run.training.FinishedRun)."""
         if not run.config.eval.after_train:
             return
         import torch

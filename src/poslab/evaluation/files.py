@@ -29,7 +29,7 @@ from poslab.evaluation.figures import (
     report_styles,
 )
 from poslab.evaluation.tables import is_nonfinite, is_task, markdown, metric_name
-from poslab.tracking import log_results
+from poslab.run.tracking import log_results
 
 CSV_FIELDS = [
     "scheme",

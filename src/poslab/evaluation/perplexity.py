@@ -22,8 +22,8 @@ import torch
 from tqdm.auto import tqdm
 
 from poslab.data.tokens import TokenizedSplit
-from poslab.losses import linear_token_nll
-from poslab.model import GPT
+from poslab.model.gpt import GPT
+from poslab.model.losses import linear_token_nll
 
 MODES = ("nonoverlapping", "sliding")
 

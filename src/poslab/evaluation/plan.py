@@ -18,12 +18,12 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.build import model_from_checkpoint, read_checkpoint, scheme_with_overrides
 from poslab.errors import ConfigError
+from poslab.model.build import model_from_checkpoint, read_checkpoint, scheme_with_overrides
+from poslab.model.precision import resolve_precision
 from poslab.positions.rope_scaling import eval_overrides, eval_variant_label
-from poslab.precision import resolve_precision
+from poslab.run.validate import check_eval_config, eval_lengths
 from poslab.tasks import build_task
-from poslab.validate import check_eval_config, eval_lengths
 
 
 @dataclass
@@ -45,7 +45,7 @@ class EvalPlan:
     other_text: str | None = None  # data_path= asked for a text other than the recorded one
     device: torch.device | None = None
     precision: str | None = None
-    # a task checkpoint: {"steps_to_learn", "target"} (poslab.callbacks.LearningSpeed) and the
+    # a task checkpoint: {"steps_to_learn", "target"} (poslab.run.callbacks.LearningSpeed) and the
     # steps it trained
     learning: dict[str, Any] = field(default_factory=dict)
     # a pretrained HF model (eval.py hf=...): its tokenizer reads the corpus; None for poslab's
@@ -180,9 +180,9 @@ def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool
     of its trained context, one wrapped model per eval-time setting (they share the HF model:
     frequencies in its rotary module, or rerope, selfextend, lminfinite and log-n through the
     attention hook), checked on a probe before any scoring (pretrained.py)."""
+    from poslab.hf.pretrained import load_pretrained, models_per_length, trained_context
     from poslab.names import pretrained_name
     from poslab.positions.rope_scaling import eval_variant_options
-    from poslab.pretrained import load_pretrained, models_per_length, trained_context
 
     eval_cfg = resolved(eval_cfg)
     check_eval_config(eval_cfg)

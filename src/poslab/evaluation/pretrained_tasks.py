@@ -207,7 +207,7 @@ def rendered_batches(plan: EvalPlan, length: int) -> list[tuple[dict | None, lis
     """eval.task_examples examples under each of the task's conditions at `length`, fitted in
     the model's tokens; example i of condition c draws from (seed, length, c·count + i), as a
     checkpoint's evaluation examples do (tasks.evaluation_batches)."""
-    from poslab.pretrained import start_token
+    from poslab.hf.pretrained import start_token
 
     task, count = plan.task, int(plan.eval_cfg.task_examples)
     start = start_token(plan.tokenizer)
@@ -229,7 +229,7 @@ def rendered_batches(plan: EvalPlan, length: int) -> list[tuple[dict | None, lis
 def check_lengths_fit(plan: EvalPlan) -> None:
     """Every evaluation length holds the task's shortest example in the model's tokens: one
     line before any scoring, not after the short lengths were scored."""
-    from poslab.pretrained import start_token
+    from poslab.hf.pretrained import start_token
 
     task, start = plan.task, start_token(plan.tokenizer)
     for length in plan.lengths:
@@ -243,7 +243,7 @@ def check_lengths_fit(plan: EvalPlan) -> None:
 def score_rendered_length(plan: EvalPlan, row: dict, bar: Any) -> dict:
     """One length's row (tasks.scored_row) of the rendered examples, with what they were: the
     task length in words and the model tokens read per example (≤ the length)."""
-    from poslab.pretrained import start_token
+    from poslab.hf.pretrained import start_token
 
     length = row["length"]
     batches = rendered_batches(plan, length)

@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from poslab.checks import require
-from poslab.validate import max_tokens_setting
+from poslab.run.validate import max_tokens_setting
 
 log = logging.getLogger(__name__)
 

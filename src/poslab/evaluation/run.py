@@ -27,9 +27,9 @@ from poslab.evaluation.recorded import (
 )
 from poslab.evaluation.tables import NO_DOCUMENT, metric_name
 from poslab.evaluation.tasks import evaluate_task_plan
-from poslab.precision import AUTOCAST_DTYPE
-from poslab.tracking import start_eval_wandb_run
-from poslab.validate import check_eval_config
+from poslab.model.precision import AUTOCAST_DTYPE
+from poslab.run.tracking import start_eval_wandb_run
+from poslab.run.validate import check_eval_config
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def evaluate_documents(
 
     eval_cfg = plan.eval_cfg
     if plan.tokenizer is not None:  # a pretrained model reads with its own tokenizer
-        from poslab.pretrained import start_token
+        from poslab.hf.pretrained import start_token
 
         encode, start = encoder_of_pretrained(plan.tokenizer), start_token(plan.tokenizer)
     else:  # a poslab run with the tokenizer of its token cache
@@ -307,7 +307,7 @@ def pretrained_split(plan: EvalPlan, data_path: str | None) -> tuple[TokenizedSp
     import os
 
     from poslab.data.corpus import load_corpus
-    from poslab.pretrained import encode_text, start_token
+    from poslab.hf.pretrained import encode_text, start_token
 
     eval_cfg = plan.eval_cfg
     cache_dir = os.environ.get("POSLAB_CACHE", ".cache/poslab")

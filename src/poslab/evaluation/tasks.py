@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from poslab.evaluation.plan import EvalPlan, corpus_options_set
-from poslab.precision import AUTOCAST_DTYPE
+from poslab.model.precision import AUTOCAST_DTYPE
 from poslab.tasks import evaluation_batches
 from poslab.tasks.base import Example, best_shortcut, score
 

@@ -13,7 +13,7 @@ A scheme can act in four places; the model calls every hook for every scheme, ne
 
 A scheme declares what it needs from the attention kernel in ``needs``: ``"nothing"`` (hooks 1–2
 only), ``"decay"`` (hook 5), ``"bias"`` (hook 3) or ``"scores"`` (hook 4). Each kernel
-(poslab.attention) says what it can serve, and an impossible pairing is a ConfigError when the
+(poslab.model.attention) says what it can serve, and an impossible pairing is a ConfigError when the
 model is built. A scheme whose layers differ (a per-layer schedule) needs per layer what
 ``layer_needs`` says, and as a whole the most demanding of those.
 
@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from poslab.checks import integer, require
 from poslab.errors import ConfigError
 
-NEEDS = ("nothing", "decay", "bias", "scores")  # as poslab.attention.NEEDS
+NEEDS = ("nothing", "decay", "bias", "scores")  # as poslab.model.attention.NEEDS
 POSITION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 

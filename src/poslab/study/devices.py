@@ -81,7 +81,7 @@ def gpus() -> list[Device]:
 
 
 def the_cpu() -> Device:
-    from poslab.precision import cpu_name
+    from poslab.model.precision import cpu_name
 
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -147,7 +147,7 @@ def matmul_rate(device: Device, precision: str) -> float:
             del a, b
             torch.cuda.empty_cache()
         return 2 * size**3 / seconds
-    from poslab.precision import _matmul_gflops
+    from poslab.model.precision import _matmul_gflops
 
     dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
     return _matmul_gflops(dtype, size=1024, repeats=3) * 1e9

@@ -32,7 +32,7 @@ from typing import Any
 
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, RunBusy, exit_on_config_error
-from poslab.run_folder import RunLock
+from poslab.run.run_folder import RunLock
 from poslab.study.folders import (
     check_no_job_running,
     check_runs_match,
@@ -479,7 +479,7 @@ def _precision(study: Study, device: Any) -> str:
         return setting
     if device.kind == "cuda":
         return "bf16-mixed"
-    from poslab.precision import cpu_auto_precision
+    from poslab.model.precision import cpu_auto_precision
 
     return cpu_auto_precision()[0]
 

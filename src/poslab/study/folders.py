@@ -81,7 +81,7 @@ def check_no_job_running(out: Path, study: Study) -> None:
     """A job still trained by an earlier driver (killed, its jobs left running) is not started
     twice: its run folder's lock names the process."""
     from poslab.errors import RunBusy
-    from poslab.run_folder import RunLock
+    from poslab.run.run_folder import RunLock
 
     for job in study.jobs:
         folder = run_folder(out, job.name)

@@ -190,9 +190,9 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from poslab.cli import hydra_error_line
     from poslab.evaluation.compare import settings_of
-    from poslab.validate import TRAIN_SCHEMA, check_run_config
+    from poslab.run.cli import hydra_error_line
+    from poslab.run.validate import TRAIN_SCHEMA, check_run_config
 
     extra = [f"hydra/launcher={launcher}"] if launcher else []
     set_by_jobs = {_key(o) for job in study.jobs for o in job.overrides}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from poslab.precision import compute_dtype
+from poslab.model.precision import compute_dtype
 
 IGNORE_INDEX = -100
 # logits of at most ~16 MB in fp32 at a time: large enough for efficient matmuls, small enough to

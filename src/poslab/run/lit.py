@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from poslab.build import build_model
 from poslab.errors import ConfigError, TrainingDiverged
-from poslab.losses import IGNORE_INDEX, linear_cross_entropy
+from poslab.model.build import build_model
+from poslab.model.losses import IGNORE_INDEX, linear_cross_entropy
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class LanguageModel(L.LightningModule):
         # a generated task: validation also scores the answers (val/accuracy, exact match)
         self.is_task = "task" in (config.get("data") or {})
         # the first validation step at which val/accuracy reached learning_target (None: not
-        # yet); set by poslab.callbacks.LearningSpeed, stored in checkpoints
+        # yet); set by poslab.run.callbacks.LearningSpeed, stored in checkpoints
         self.steps_to_learn: int | None = None
         self.learning_target: float | None = None
         self._matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}

@@ -19,14 +19,14 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.build import read_checkpoint
-from poslab.callbacks import AtomicCheckpointIO, LastCheckpoint, LearningSpeed, RankFingerprints
-from poslab.console import progress_bar_setting
 from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
 from poslab.instantiate import instantiate_checked
-from poslab.lit import LanguageModel
-from poslab.precision import device_type_of, resolve_precision
-from poslab.run_folder import (
+from poslab.model.build import read_checkpoint
+from poslab.model.precision import device_type_of, resolve_precision
+from poslab.run.callbacks import AtomicCheckpointIO, LastCheckpoint, LearningSpeed, RankFingerprints
+from poslab.run.console import progress_bar_setting
+from poslab.run.lit import LanguageModel
+from poslab.run.run_folder import (
     claim_run_folder,
     is_main_process,
     read_status,
@@ -35,14 +35,14 @@ from poslab.run_folder import (
     write_run_settings,
     write_status,
 )
-from poslab.tracking import (
+from poslab.run.tracking import (
     build_logger,
     check_logger_options,
     finish_wandb,
     sweep_group,
     wandb_run_of,
 )
-from poslab.validate import check_run_config
+from poslab.run.validate import check_run_config
 
 log = logging.getLogger(__name__)
 
@@ -424,7 +424,7 @@ def configured_callbacks(config: dict[str, Any]) -> list[L.Callback]:
     entries = config.get("callbacks")
     if entries is None:
         every = (config.get("trainer") or {}).get("log_every_n_steps", 50)
-        entries = {"console": {"_target_": "poslab.console.ConsoleLine", "every": every}}
+        entries = {"console": {"_target_": "poslab.run.console.ConsoleLine", "every": every}}
     built = []
     for name, entry in entries.items():
         if entry is None:
@@ -487,7 +487,7 @@ def _build_trainer(
         stop_at = cfg.train.get("stop_at_accuracy")
         target = stop_at if stop_at is not None else cfg.eval.get("learned_at", 0.9)
         callbacks.insert(0, LearningSpeed(float(target), stop=stop_at is not None))
-    if cfg.train.get("fingerprints"):  # per-rank data and weight digests (poslab.callbacks)
+    if cfg.train.get("fingerprints"):  # per-rank data and weight digests (poslab.run.callbacks)
         callbacks.append(RankFingerprints(out / "fingerprints"))
     trainer: L.Trainer = instantiate_checked(
         trainer_cfg, logger=logger, callbacks=callbacks, plugins=[*plugins, AtomicCheckpointIO()]

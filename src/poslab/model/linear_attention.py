@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from poslab.attention import AttentionKernel
 from poslab.checks import integer, require
 from poslab.errors import ConfigError
+from poslab.model.attention import AttentionKernel
 
 FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
     "elu1": lambda x: F.elu(x) + 1.0,  # Katharopoulos et al. 2020: > 0 everywhere

@@ -265,9 +265,13 @@ def _check_data_path(path: Any) -> None:
 def _check_model(config: dict[str, Any]) -> tuple[Any, Any]:
     """The model's options, the scheme's and the attention kernel's (each built, cheaply), and
     the training length: (the GPT config, the scheme)."""
-    from poslab.build import attention_config, build_scheme, gpt_config_of  # torch, not before
     from poslab.instantiate import instantiate_checked
-    from poslab.precision import device_type_of
+    from poslab.model.build import (  # torch, not before
+        attention_config,
+        build_scheme,
+        gpt_config_of,
+    )
+    from poslab.model.precision import device_type_of
 
     gpt_config = gpt_config_of(config, vocab_size=2)
     scheme = build_scheme(config["pos"], gpt_config)

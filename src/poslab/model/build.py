@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from poslab.attention import kernel_from_legacy
 from poslab.errors import ConfigError
 from poslab.instantiate import instantiate_checked, scheme_options
-from poslab.model import GPT, GPTConfig
+from poslab.model.attention import kernel_from_legacy
+from poslab.model.gpt import GPT, GPTConfig
 
 # model options of checkpoints written before `attention=` was a config group
 LEGACY_MODEL_KEYS = ("attention", "attn_block_size")
@@ -150,7 +150,36 @@ def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
             f"{path} is not a poslab checkpoint (no stored run config and weights); pass a "
             ".ckpt file that train.py wrote"
         )
+    hparams["config"] = with_current_targets(hparams["config"])
     return ckpt
+
+
+# classes whose module moved (issue #44: the floors became folders); a checkpoint written before
+# names them by their old paths, and keeps loading
+MOVED_MODULES = {
+    "poslab.attention.": "poslab.model.attention.",
+    "poslab.linear_attention.": "poslab.model.linear_attention.",
+    "poslab.console.": "poslab.run.console.",
+}
+
+
+def with_current_targets(node: Any) -> Any:
+    """`node` (a stored config) with every `_target_` of a moved module at its current path."""
+    if isinstance(node, dict):
+        return {k: with_current_targets(v) for k, v in node.items()} | (
+            {"_target_": current_target(node["_target_"])} if "_target_" in node else {}
+        )
+    if isinstance(node, list):
+        return [with_current_targets(v) for v in node]
+    return node
+
+
+def current_target(target: Any) -> Any:
+    if isinstance(target, str):
+        for old, new in MOVED_MODULES.items():
+            if target.startswith(old):
+                return new + target[len(old) :]
+    return target
 
 
 def _not_a_checkpoint_file(path: Path) -> str:

@@ -34,7 +34,6 @@ from typing import Any
 
 import yaml
 
-from poslab import run_folder
 from poslab.errors import (
     EXIT_BAD_INPUT,
     NO_SPACE_ERRNOS,
@@ -43,7 +42,8 @@ from poslab.errors import (
     RunInterrupted,
     report,
 )
-from poslab.run_folder import (
+from poslab.run import run_folder
+from poslab.run.run_folder import (
     PENDING_CONFIG,
     STATUS_KEYS,
     RunLock,
@@ -116,7 +116,7 @@ def hydra_task(owns_folder: bool) -> Callable[[Callable[[Any], Any]], Callable[[
 
 
 def _run_task(fn: Callable[[Any], Any], owns_folder: bool, cfg: Any) -> Any:
-    from poslab.console import quiet_libraries
+    from poslab.run.console import quiet_libraries
 
     quiet_libraries()  # after Hydra set up logging: Lightning once, no library small talk
     folder = run_dir()

@@ -32,8 +32,8 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.attention import Blockwise
 from poslab.errors import ConfigError
+from poslab.model.attention import Blockwise
 from poslab.positions.base import Prepared
 from poslab.positions.rope import Rotary
 from poslab.positions.rope_scaling import RopeScaling

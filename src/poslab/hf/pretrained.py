@@ -44,9 +44,9 @@ from torch import Tensor, nn
 
 from poslab.data.tokens import TokenizedSplit
 from poslab.errors import ConfigError
+from poslab.hf.pretrained_attention import SERVED, hook_scheme, hooked, needs_hook
 from poslab.positions.rope import Rotary
 from poslab.positions.rope_scaling import RopeScaling, resolve_factor
-from poslab.pretrained_attention import SERVED, hook_scheme, hooked, needs_hook
 
 PROBE_TOKENS = 24
 # the attention hook's probe with bf16 weights: the largest RMS of (hook − model) logits, as a
@@ -376,7 +376,7 @@ def check_probe(model: PretrainedLM, device: torch.device) -> None:
     is refused (its perplexities would be wrong)."""
     import torch.nn.functional as F
 
-    from poslab.losses import linear_token_nll
+    from poslab.model.losses import linear_token_nll
 
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.vocab_size, (1, PROBE_TOKENS + 1), generator=generator)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.errors import ConfigError
-from poslab.model import GPT
+from poslab.model.gpt import GPT
 
 EXPORTS = {"learned": "GPT-2", "rope": "GPT-NeoX"}
 EXACT_KERNELS = ("SDPA", "Blockwise", "Flex", "Auto")  # exact softmax attention
@@ -236,9 +236,9 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
 
     from transformers import AutoModelForCausalLM
 
-    from poslab.build import load_checkpoint, read_checkpoint
     from poslab.data.cache import TokenCache
     from poslab.evaluation.run import check_unrecorded_tokenizer, checkpoint_of_run
+    from poslab.model.build import load_checkpoint, read_checkpoint
 
     if run.suffix == ".ckpt":
         ckpt = run

@@ -17,9 +17,9 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from poslab.attention import SDPA, AttentionKernel
 from poslab.errors import ConfigError
-from poslab.losses import linear_cross_entropy
+from poslab.model.attention import SDPA, AttentionKernel
+from poslab.model.losses import linear_cross_entropy
 from poslab.positions.base import PositionalScheme, Prepared
 
 

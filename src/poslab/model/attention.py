@@ -35,7 +35,7 @@ from torch import Tensor
 
 from poslab.checks import boolean, integer, number, require
 from poslab.errors import ConfigError
-from poslab.precision import compute_dtype
+from poslab.model.precision import compute_dtype
 
 KERNELS = ("auto", "sdpa", "blockwise", "flex", "linear", "stick_breaking")
 # what a scheme may need (positions/base.py), in order: a kernel that serves one need serves

@@ -22,7 +22,7 @@ class RunSummary:
     folder: Path
     started: float  # the folder's creation (modification) time
     status: dict[str, Any]
-    settings: dict[str, Any]  # run.json (poslab.run_folder.write_run_settings)
+    settings: dict[str, Any]  # run.json (poslab.run.run_folder.write_run_settings)
     results: list[dict]
     evaluations: list[str]  # the run's evaluation folders: extrapolation/, then eval.py's
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import lightning as L
 
-log = logging.getLogger("poslab.training")
+log = logging.getLogger("poslab.run.training")
 
 # messages of Lightning that say nothing about this run
 NOISE = (
