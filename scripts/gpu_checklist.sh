@@ -42,7 +42,7 @@ fi
 # 1 and 2 share the GPU (tokens/s of the quick starts are therefore not a speed measurement:
 # the benchmark below is)
 note "tests + quick starts"
-timeout "${TEST_LIMIT:-220}" python -m pytest tests/test_cuda.py tests/test_cuda_current.py \
+timeout "${TEST_LIMIT:-220}" python -m pytest tests/test_cuda.py \
   -v --tb=short -n 6 -p no:cacheprovider -rfE >"$OUT/tests.log" 2>&1 &
 tests=$!
 quick() {  # name, overrides...

@@ -60,7 +60,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "analysis and the commands",
-        ("poslab.analysis", "poslab.apps", "poslab.hf.export", "poslab.study"),
+        ("poslab.analysis", "poslab.apps", "poslab.bench", "poslab.hf.export", "poslab.study"),
     ),
 ]
 

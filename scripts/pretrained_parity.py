@@ -58,7 +58,7 @@ from poslab.model.precision import cpu_name
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "outputs" / "pretrained_parity.md"
 PARTS = ("scorer", "frequencies", "hook", "export")
-HOOK_KINDS = tuple(NEUTRAL)  # rerope, selfextend, lminfinite, logn
+HOOK_KINDS = tuple(NEUTRAL)  # rerope, selfextend, lminfinite, logn, string
 # the kinds each TRICKS setting combines: it is measured when all of them are asked for
 TRICK_KINDS = {
     "rerope": {"rerope"},
@@ -67,9 +67,11 @@ TRICK_KINDS = {
     "lminfinite": {"lminfinite"},
     "logn": {"logn"},
     "rerope_logn": {"rerope", "logn"},
+    "string": {"string"},
+    "string_temperature": {"string"},
 }
 CPU = torch.device("cpu")
-# the tests' tolerances (atol, rtol): tests/test_pretrained.py, test_pretrained_tricks.py
+# the tests' tolerances (atol, rtol): tests/hf/test_pretrained.py, hf/test_pretrained_attention.py
 SCORER_TOL = (1e-5, 1e-5)
 LOGIT_TOL = (2e-5, 1e-5)
 REFERENCE_TOL = (2e-5, 1e-4)
@@ -165,7 +167,7 @@ def scorer_part(models: dict[str, nn.Module], tally: Tally) -> Table:
                 "passes",
             ]
         )
-    table.notes.append(f"Tolerance (tests/test_pretrained.py): {tol_text(SCORER_TOL)} nats.")
+    table.notes.append(f"Tolerance (tests/hf/test_pretrained.py): {tol_text(SCORER_TOL)} nats.")
     return table
 
 
@@ -248,7 +250,7 @@ def frequencies_part(
                 row += [sci(gap(got, expected)) + mark, f"{gap(got, unscaled):.3g}"]
             table.rows.append(row)
     table.notes.append(
-        f"Tolerance (tests/test_pretrained.py): {tol_text(LOGIT_TOL)} per logit; every gap "
+        f"Tolerance (tests/hf/test_pretrained.py): {tol_text(LOGIT_TOL)} per logit; every gap "
         "above is within it unless marked **NO**."
     )
     if "neox_partial" in models and {"dynamic_ntk", "llama3"} <= set(kinds):
@@ -354,12 +356,12 @@ def hook_parts(models: dict[str, nn.Module], hooks: list[str], tally: Tally) -> 
                 ]
             )
     neutral.notes.append(
-        f"Tolerance (tests/test_pretrained_tricks.py): {tol_text(LOGIT_TOL)} per logit; every gap "
-        "above is within it unless marked **NO**."
+        f"Tolerance (tests/hf/test_pretrained_attention.py): {tol_text(LOGIT_TOL)} per logit; "
+        "every gap above is within it unless marked **NO**."
     )
     neutral.notes += refused
     formula.notes.append(
-        f"Tolerances (tests/test_pretrained_tricks.py): {tol_text(REFERENCE_TOL)} per layer "
+        f"Tolerances (tests/hf/test_pretrained_attention.py): {tol_text(REFERENCE_TOL)} per layer "
         f"output against the reference, {tol_text(LOGIT_TOL)} per logit before p."
     )
     return [neutral, formula]
@@ -430,7 +432,7 @@ def export_part(tally: Tally, work: Path) -> Table:
         table.rows.append(row)
     table.notes.append(
         f"Tolerance: {tol_text(EXPORT_TOL)} per logit and per-token loss (scripts/export_hf.py "
-        "keeps an export only within it; tests/test_export.py)."
+        "keeps an export only within it; tests/hf/test_export.py)."
     )
     return table
 

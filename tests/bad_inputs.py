@@ -119,7 +119,7 @@ TRAIN_BAD = [
     train_case("model.bias=maybe", expected="model.bias=maybe must be true or false"),
     train_case("model.scale_embeddings=2", expected="model.scale_embeddings=2 must be true or"),
     train_case("data.word_level=maybe", expected="data.word_level=maybe must be true or false"),
-    # found by the schema's coverage test (tests/test_schema_coverage.py): a traceback, or
+    # found by the schema's coverage test (tests/run/test_validate.py): a traceback, or
     # accepted and ignored
     train_case("trainer.num_sanity_val_steps=abc", expected="trainer.num_sanity_val_steps=abc"),
     train_case("trainer.enable_model_summary=maybe", expected="must be true or false"),

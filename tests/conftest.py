@@ -320,8 +320,7 @@ def run_in_process(
 
 
 def _script_main(app: str):  # noqa: ANN202
-    """The main() scripts/APP calls (benchmark.py's, export_hf.py's and pretrained_parity.py's
-    live in the script)."""
+    """The main() scripts/APP calls (pretrained_parity.py's lives in the script)."""
     if app == "compare.py":
         from poslab.evaluation.compare import main
 
@@ -330,7 +329,15 @@ def _script_main(app: str):  # noqa: ANN202
         from poslab.analysis import main
 
         return main
-    assert app in ("benchmark.py", "export_hf.py", "pretrained_parity.py"), app
+    if app == "benchmark.py":
+        from poslab.bench.cli import main
+
+        return main
+    if app == "export_hf.py":
+        from poslab.hf.export import main
+
+        return main
+    assert app == "pretrained_parity.py", app
     import importlib.util
 
     name = f"poslab_{app.removesuffix('.py')}_script"

@@ -19,7 +19,7 @@ from typing import Any
 from conftest import REPO, TINY
 
 # a run long enough to be stopped part-way: 60 steps, a checkpoint every 5; one precision
-# whatever the machine (precision=auto is tested on its own: tests/test_precision.py)
+# whatever the machine (precision=auto is tested on its own: tests/model/test_precision.py)
 RESUMABLE = [
     *[o for o in TINY if not o.startswith(("trainer.max_steps", "logger="))],
     "trainer.max_steps=60",

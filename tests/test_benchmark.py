@@ -1,24 +1,20 @@
-"""scripts/benchmark.py, in-process on a tiny model: every number it reports is a positive,
-finite measurement, and the report shows them with the targets' verdicts."""
+"""poslab/bench/ (`poslab-bench`, `python scripts/benchmark.py`), in-process on a tiny model:
+every number it reports is a positive, finite measurement, and the report shows them with the
+targets' verdicts."""
 
 from __future__ import annotations
 
 import importlib
 import math
-import sys
 
 import pytest
 import torch
-from conftest import CONF, REPO
+from conftest import CONF
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        yield importlib.import_module("benchmark")
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    return importlib.import_module("poslab.bench.cli")
 
 
 def test_schemes_come_from_conf_pos(bench) -> None:
@@ -101,7 +97,7 @@ def options(bench, **changes):
 
 
 def test_every_kernel_that_serves_a_scheme_is_planned(bench) -> None:
-    from bench.plan import plan
+    from poslab.bench.plan import plan
 
     pairs, untimed = plan(options(bench, schemes=["cope", "rope", "ssmax"]))
     kernels = {(p.scheme, p.serving, p.main) for p in pairs}
@@ -122,8 +118,7 @@ def test_every_kernel_that_serves_a_scheme_is_planned(bench) -> None:
 
 
 def test_named_kernels_must_serve_every_scheme(bench) -> None:
-    from bench.plan import plan
-
+    from poslab.bench.plan import plan
     from poslab.errors import ConfigError
 
     pairs, _ = plan(options(bench, schemes=["rope"], attention=["blockwise", "sdpa", "auto"]))
@@ -189,7 +184,7 @@ def test_each_scheme_is_timed_beside_its_own_nope_and_freed(bench, one_thread) -
 
 
 def bench_target() -> float:
-    from bench.configs import TARGET_VS_NOPE
+    from poslab.bench.configs import TARGET_VS_NOPE
 
     return TARGET_VS_NOPE
 
@@ -212,7 +207,7 @@ def test_evaluation_below_its_target_is_profiled_beside_training(
 
 
 def test_the_evaluation_profile_groups_matmuls_and_adds_each_op_its_backward(bench) -> None:
-    from bench.report import eval_profile_rows
+    from poslab.bench.report import eval_profile_rows
 
     train = {
         "aten::mm": 6.0,
@@ -232,10 +227,9 @@ def test_the_evaluation_profile_groups_matmuls_and_adds_each_op_its_backward(ben
 def test_a_job_that_fails_in_warm_up_is_left_out_and_named(bench) -> None:
     """On the first GPU run one scheme's compile error ended the whole benchmark; now that job is
     left out of the timings, named with its error, and the others run."""
-    from bench.configs import scheme_config
-    from bench.run import warm_up_all
-    from bench.timing import TrainJob, make_setup
-
+    from poslab.bench.configs import scheme_config
+    from poslab.bench.run import warm_up_all
+    from poslab.bench.timing import TrainJob, make_setup
     from poslab.model.build import build_model
 
     setup = make_setup("32-true", "cpu")
@@ -254,7 +248,7 @@ def test_memory_measured_in_process_is_a_number_or_a_table_cell_saying_why(bench
     """On a GPU the peaks are measured in the benchmark's own process (a forked child cannot use
     CUDA once the parent asked it anything, which the first GPU run hit); the same code on the
     CPU: a measurement is bytes, and one that fails is its error, not a crash."""
-    from bench.memory import InProcessMeasure, memory_cell
+    from poslab.bench.memory import InProcessMeasure, memory_cell
 
     spec = dict(
         model="tiny", scheme="alibi", seq_len=8, max_len=16, attention="auto", batch=2,

@@ -90,3 +90,30 @@ def test_the_installed_scheme_list_is_the_checkouts(installed, outside):
     assert Path(where).is_relative_to(installed)
     assert names == scheme_names()
     assert configs == scheme_configs(48)
+
+
+COMMANDS = (
+    "poslab-eval",
+    "poslab-compare",
+    "poslab-replot",
+    "poslab-runs",
+    "poslab-bench",
+    "poslab-analysis",
+    "poslab-baselines",
+    "poslab-export",
+    "poslab-study",
+)
+
+
+def test_every_command_is_an_installed_console_script(installed, outside):
+    """pyproject.toml's [project.scripts] is the one list of commands (issue #44): each installed
+    script starts and answers --help outside the checkout."""
+    empty, env = outside
+    if not (installed / "bin" / "poslab-train").is_file():
+        pytest.skip("pip installed no console scripts into the target folder")
+    for name in COMMANDS:
+        result = python([str(installed / "bin" / name), "--help"], empty, env)
+        assert "usage" in result.stdout.lower() or "poslab" in result.stdout, name
+    # the benchmark's memory server runs as a module of the installed package
+    result = python(["-m", "poslab.bench", "--help"], empty, env)
+    assert "--memory-server" not in result.stderr

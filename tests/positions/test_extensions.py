@@ -42,4 +42,5 @@ def test_score_kinds_need_scores_and_ignore_the_factor():
         "rerope",
         "selfextend",
         "lminfinite",
+        "string",
     }

@@ -13,7 +13,8 @@ Eval-time RoPE extension (eval.rope_scaling) reaches the model in one of two way
 * the kinds that change only the frequencies (not `needs_scores`) through its rotary embedding
   module (`inv_freq` and `attention_scaling`, one per model in Llama, Qwen2, Mistral, GPT-NeoX,
   …): the frequencies are poslab's own (positions/extensions/), the same numbers a poslab
-  checkpoint gets, and equal to HF's `rope_parameters` of the same kind (tests/test_pretrained.py);
+  checkpoint gets, and equal to HF's `rope_parameters` of the same kind
+  (tests/hf/test_pretrained.py);
 * rerope, selfextend, lminfinite and eval.logn_scaling, which change attention itself, through an
   attention hook (pretrained_attention.py) that runs poslab's rotary scheme and kernel inside the
   model's layers; a probe checks that the hook reproduces the model before it is used.

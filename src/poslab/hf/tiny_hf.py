@@ -137,9 +137,12 @@ NEUTRAL: dict[str, tuple[dict[str, Any], int]] = {
     "selfextend": ({"kind": "selfextend", "window": HOOK_LENGTH}, HOOK_LENGTH),
     "lminfinite": ({"kind": "lminfinite", "window": CONTEXT, "n_global": 0}, CONTEXT),
     "logn": ({"kind": "none", "logn": True}, CONTEXT),
+    "string": ({"kind": "string", "shift": HOOK_LENGTH, "temperature": False}, HOOK_LENGTH),
 }
 
 W, G, N_GLOBAL = 8, 4, 2  # the window, Self-Extend's group, LM-Infinite's global tokens
+S, S_LOCAL = 12, 4  # STRING's shift and local window
+STRING_FACTOR = 0.1 * math.log(2) + 1  # STRING's cos/sin factor (HKUNLP/STRING)
 # settings that change attention within HOOK_LENGTH tokens: options, and the first position whose
 # logits change
 TRICKS: dict[str, tuple[dict[str, Any], int]] = {
@@ -149,6 +152,9 @@ TRICKS: dict[str, tuple[dict[str, Any], int]] = {
     "lminfinite": ({"kind": "lminfinite", "window": W, "n_global": N_GLOBAL}, W + N_GLOBAL),
     "logn": ({"kind": "none", "logn": True}, CONTEXT),
     "rerope_logn": ({"kind": "rerope", "window": W, "logn": True}, W + 1),
+    "string": ({"kind": "string", "shift": S, "local": S_LOCAL, "temperature": False}, S),
+    # the temperature scales every score: from the second token on (the first sees only itself)
+    "string_temperature": ({"kind": "string", "shift": S, "local": S_LOCAL}, 1),
 }
 
 
@@ -164,6 +170,8 @@ def relative_distance(kind: str, m: Tensor, n: Tensor) -> Tensor:
         return torch.where(d < W, d, grouped - torch.div(n, G, rounding_mode="floor"))
     if kind == "lminfinite":  # distances capped at L
         return d.clamp(max=CONTEXT)
+    if kind in ("string", "string_temperature"):  # the paper's m − n − S + W from S on
+        return torch.where(d < S, d, d - S + S_LOCAL)
     return d  # logn
 
 
@@ -209,6 +217,8 @@ def reference_attention(kind: str, attention: nn.Module, theta: Tensor, x: Tenso
     angles = relative_distance(kind, m, n)[..., None] * theta.double()  # (T, T, R/2)
     queries = turned(q[:, :, :, None, :].expand(-1, -1, -1, length, -1), angles)  # one per key
     scores = (queries * k[:, :, None, :, :]).sum(-1) * dim**-0.5
+    if kind == "string_temperature":  # q and k each turned by cos/sin times the factor
+        scores = scores * STRING_FACTOR**2
     seen = n <= m
     if kind == "lminfinite":
         seen = seen & ((m - n < W) | (n < N_GLOBAL))

@@ -229,7 +229,8 @@ class Rotary(PositionalScheme):
         """The scaled scores of q and k rotated at their positions where `near`, else of q
         rotated at `far_q` over k at `far_k` (None: k unrotated, i.e. at 0): two score
         matrices merged by a distance mask, as bojone/rerope and datamllab/LongLM do."""
-        scale = q.shape[-1] ** -0.5
+        # cos/sin times the kind's attention factor (STRING's temperature) turn q and k each
+        scale = q.shape[-1] ** -0.5 * self.scaling.attention_factor**2
 
         def turned(x: Tensor, positions: Tensor) -> Tensor:
             angles = self.angles(positions)

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from poslab.arguments import OneLineParser, at_least
+from poslab.errors import ConfigError, exit_on_config_error
+
 COLUMNS = ("started", "status", "data", "scheme", "model", "L", "steps", "seed", "val ppl",
            "ppl @ longest", "evals", "folder")  # fmt: skip
 
@@ -105,3 +108,32 @@ def runs_table(runs: list[RunSummary], root: Path) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
     lines += ["| " + " | ".join(run.cells(root)) + " |" for run in runs]
     return "\n".join(lines)
+
+
+USAGE = """List training runs, newest first: the settings that tell them apart (data, scheme,
+model, L, steps, seed), where each stands (status, step), its validation perplexity and its
+perplexity (or accuracy) at the longest evaluated length, and its folder.
+
+poslab-runs                 # every run under outputs/ (or python scripts/runs.py)
+poslab-runs outputs/multirun/2026-11-25_10-00-00_ab12cd   # one sweep
+poslab-runs --last 5
+
+`outputs/latest` always points at the newest run's folder.
+"""
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineParser(prog="poslab-runs", description=USAGE)
+    parser.add_argument("folder", nargs="?", type=Path, default=Path("outputs"))
+    parser.add_argument("--last", type=at_least(1), default=None, help="only the N newest runs")
+    args = parser.parse_args(argv)
+    if not args.folder.is_dir():
+        raise ConfigError(f"{args.folder} is not a folder; pass the folder that holds runs")
+    runs = find_runs(args.folder)
+    if args.last is not None:
+        runs = runs[: max(0, args.last)]
+    if not runs:
+        print(f"no runs under {args.folder} (a run folder holds status.json)", flush=True)
+        return
+    print(runs_table(runs, args.folder), flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.configs import (
+from poslab.bench.configs import (
     ALL_KERNELS,
     DEFAULT_KERNEL,
     Options,

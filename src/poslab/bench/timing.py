@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bench.configs import Options
+from poslab.bench.configs import Options
 from poslab.model.gpt import GPT
 from poslab.model.precision import AUTOCAST_DTYPE, resolve_precision
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from bench.configs import (
+from poslab.bench.configs import (
     ALL_KERNELS,
     EVAL_FACTORS,
     REFERENCE,
@@ -18,9 +18,9 @@ from bench.configs import (
     TARGET_VS_NOPE,
     Options,
 )
-from bench.memory import memory_cell
-from bench.run import Report, SchemeResult
-from bench.timing import Stat
+from poslab.bench.memory import memory_cell
+from poslab.bench.run import Report, SchemeResult
+from poslab.bench.timing import Stat
 
 # the project's targets for speed and memory (docs/benchmarks.md checks each)
 TARGET_VS_PEER = 1.2

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.configs import (
+from poslab.bench.configs import (
     DEFAULT_KERNEL,
     EVAL_FACTORS,
     REFERENCE,
@@ -26,9 +26,9 @@ from bench.configs import (
     Untimed,
     scheme_config,
 )
-from bench.memory import InProcessMeasure, MemoryServer, memory_cell
-from bench.peer import build_peer, peer_loss, peer_version
-from bench.timing import (
+from poslab.bench.memory import InProcessMeasure, MemoryServer, memory_cell
+from poslab.bench.peer import build_peer, peer_loss, peer_version
+from poslab.bench.timing import (
     EvalJob,
     LossFn,
     Setup,
@@ -251,7 +251,7 @@ def run_benchmark(
     `on_block` gets the report so far (`partial` says how far), so that a stopped run keeps
     what it measured."""
     # poslab.model.build: not needed by what imports this module's types
-    from bench.plan import plan
+    from poslab.bench.plan import plan
 
     say = progress or (lambda msg: None)
     started = time.perf_counter()

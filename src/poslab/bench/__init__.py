@@ -1,4 +1,5 @@
-"""The parts of scripts/benchmark.py (its docstring says what it measures): configs.py builds
+"""The benchmark (`poslab-bench`, `python scripts/benchmark.py`; cli.py's docstring says what it
+measures): configs.py builds
 each scheme's model config and holds the options, timing.py times training and evaluation jobs,
 peer.py builds the x-transformers peer, memory.py measures peak memory in fresh processes,
 run.py runs them all, report.py writes the tables and the targets' verdicts."""

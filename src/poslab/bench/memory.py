@@ -12,12 +12,11 @@ from typing import Any
 
 import torch
 
-from bench.configs import REPO, scheme_config
-from bench.timing import EvalJob, TrainJob, default_batch_tokens, make_setup, synthetic_split
+from poslab.bench.configs import scheme_config
+from poslab.bench.timing import EvalJob, TrainJob, default_batch_tokens, make_setup, synthetic_split
 from poslab.model.build import build_model
 
 # the server is this command with --memory-server
-SCRIPT = REPO / "scripts" / "benchmark.py"
 
 
 def _rss_status(key: str) -> int:
@@ -82,7 +81,7 @@ class MemoryServer:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--memory-server"],
+            [sys.executable, "-m", "poslab.bench", "--memory-server"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -11,10 +11,9 @@ from omegaconf import OmegaConf
 
 from poslab.positions import scheme_names, scheme_yaml
 
-REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "src" / "poslab" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 # the committed page is an explicit --out docs/benchmarks.md; by default nothing in the tree changes
-DEFAULT_OUT = REPO / "outputs" / "benchmarks.md"
+DEFAULT_OUT = Path("outputs") / "benchmarks.md"  # under the working folder, as train.py's runs
 EVAL_FACTORS = (1, 4, 16)  # evaluation lengths, as multiples of the training length L
 REFERENCE = "nope"  # the "vs nope" column: no positional work at all is the floor to compare to
 # training tok/s ≥ this × nope for every scheme (issue #26); a scheme below it is profiled

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bench.timing import LossFn
+from poslab.bench.timing import LossFn
 from poslab.positions.t5 import auto_max_distance
 
 
