@@ -49,6 +49,11 @@ CSV_FIELDS = [
     "bits_per_byte",
     "tokens_per_s",
     "seconds",
+    # eval.short_context (context_use.py): the long–short difference
+    "short_context",
+    "context_gain",
+    "key_token_share",
+    "key_token_ppl",
     "vocab_size",
     # rows merged over seeds (poslab.evaluation.seeds): the spread and the seeds
     "loss_sd",

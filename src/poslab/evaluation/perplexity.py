@@ -50,6 +50,8 @@ class ScoreResult:
     bucket_nll: list[float] = field(default_factory=list)
     bucket_count: list[int] = field(default_factory=list)
     nll_per_window: list[float] = field(default_factory=list)  # per given window (windows=)
+    # token_nll=True: each target's NLL by its index in the split (NaN where none was scored)
+    token_nll: np.ndarray | None = None
 
     @property
     def loss(self) -> float:
@@ -77,6 +79,7 @@ class ScoreResult:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("token_nll")  # an array per token: the caller takes it from the result
         d.update(
             loss=self.loss,
             ppl=self.ppl,
@@ -178,6 +181,7 @@ def score(
     autocast_dtype: torch.dtype | None = None,
     progress: bool = True,
     windows: list[Window] | None = None,
+    token_nll: bool = False,
 ) -> ScoreResult:
     """Token NLL of `model` over `data` at window length `length` (see module doc).
 
@@ -185,6 +189,7 @@ def score(
     and logits are computed (in chunks, fused with the loss) only for the tokens it scores.
     `windows` replaces the mode's own (per-document evaluation: one window per document, laid
     end to end in `data`); then the result also holds each window's NLL (`nll_per_window`).
+    `token_nll`: the result also holds every target's NLL by its index (context_use.py).
     """
     device = next(model.parameters()).device
     given = windows is not None
@@ -212,6 +217,7 @@ def score(
     # each given window's NLL, summed on the device (no sync per batch); batches lose the order
     per_window = torch.zeros(len(windows) if given else 0, dtype=torch.float64, device=device)
     index = {id(w): i for i, w in enumerate(windows)} if given else {}
+    per_token = torch.full((max(0, len(ids) - 1) if token_nll else 0,), float("nan"), device=device)
     for batch in batches:
         n, score_from = batch[0].length, batch[0].score_from
         starts = torch.tensor([w.start for w in batch])
@@ -224,6 +230,9 @@ def score(
         bucket_nll.index_add_(0, where, nll.sum(0, dtype=torch.float64))
         bucket_count.index_add_(0, where, torch.full_like(where, len(batch)))
         nll_total += nll.sum(dtype=torch.float64)
+        if token_nll:  # target j of a window is the split's target start + j
+            targets = starts[:, None] + torch.arange(score_from, n)
+            per_token[targets.to(device).flatten()] = nll.float().flatten()
         result.tokens += (n - score_from) * len(batch)
         # target j of a window is token start + 1 + j of the split
         first = starts.numpy() + 1
@@ -237,4 +246,6 @@ def score(
     result.bucket_nll = bucket_nll.tolist()
     result.bucket_count = bucket_count.tolist()
     result.nll_per_window = per_window.tolist()
+    if token_nll:
+        result.token_nll = per_token.cpu().numpy()
     return result

@@ -30,6 +30,8 @@ CORPUS_KEYS = (
     "max_tokens",
     "position_offset",
     "bucket_size",
+    "short_context",
+    "gain_threshold",
     "documents",
     "max_documents",
     "min_document_tokens",

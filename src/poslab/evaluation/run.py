@@ -88,6 +88,7 @@ def evaluate_text(
     if len(split.ids) < 2:
         raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
     rows: list[dict] = []
+    short = eval_cfg.get("short_context")
     for mode in eval_cfg.modes:
         for length in plan.lengths:
             # max_tokens: the token cap that cut the split (None: the whole split)
@@ -100,8 +101,41 @@ def evaluate_text(
                     log.info("%s L=%d: skipped: %s", row["scheme"], length, why)
                 rows.append({**row, "status": f"skipped: {why}"})
                 continue
-            rows.append(score_row(plan, split, row))
+            # context use (context_use.py): non-overlapping rows longer than the short context
+            measured = bool(short) and mode == "nonoverlapping" and length > short
+            scored = score_row(plan, split, row, token_nll=measured)
+            if measured:
+                add_context_use(plan, split, scored, int(short))
+            rows.append(scored)
     return rows, f"{plan.row_name()[0]}: perplexity vs evaluation length"
+
+
+def add_context_use(plan: EvalPlan, split: TokenizedSplit, row: dict, short: int) -> None:
+    """The row's long–short difference (context_use.py), from its long pass's per-token NLL
+    and a short pass of the model it was scored with."""
+    from poslab.evaluation.context_use import DEFAULT_THRESHOLD, context_use, short_context_nll
+
+    eval_cfg, length = plan.eval_cfg, row["length"]
+    short_nll = short_context_nll(
+        plan.models[length].to(plan.device),
+        split,
+        short,
+        batch_size=eval_cfg.batch_size,
+        position_offset=int(eval_cfg.position_offset),
+        autocast_dtype=AUTOCAST_DTYPE[plan.precision],
+    )
+    threshold = float(eval_cfg.get("gain_threshold") or DEFAULT_THRESHOLD)
+    bucket = int(eval_cfg.bucket_size or max(1, plan.train_length // 32))
+    fields = context_use(row.pop("token_nll"), short_nll, length, threshold, bucket)
+    row.update(short_context=short, **fields)
+    log.info(
+        "%s L=%d: context gain %.3f nats; %.1f%% key tokens (gain > %g)",
+        row["scheme"],
+        length,
+        fields["context_gain"],
+        100 * fields["key_token_share"],
+        threshold,
+    )
 
 
 def text_row(plan: EvalPlan, mode: str, length: int, **fields: Any) -> dict:
@@ -324,10 +358,15 @@ def pretrained_split(plan: EvalPlan, data_path: str | None) -> tuple[TokenizedSp
 
 
 def score_row(
-    plan: EvalPlan, split: TokenizedSplit, row: dict, windows: list[Any] | None = None
+    plan: EvalPlan,
+    split: TokenizedSplit,
+    row: dict,
+    windows: list[Any] | None = None,
+    token_nll: bool = False,
 ) -> dict:
     """`row` (mode, length) with the model's scores over `split` added; `windows` (documents:
-    one per document) replaces the mode's, and then the row holds their NLLs (nll_per_window)."""
+    one per document) replaces the mode's, and then the row holds their NLLs (nll_per_window);
+    `token_nll`: the row holds every target's NLL (`token_nll`, for add_context_use to take)."""
     eval_cfg, length, mode = plan.eval_cfg, row["length"], row["mode"]
     # the stride is capped at the window, so one eval.stride serves every length
     stride = min(length, int(eval_cfg.stride or max(1, length // 2)))
@@ -342,12 +381,15 @@ def score_row(
         bucket_size=int(eval_cfg.bucket_size or max(1, plan.train_length // 32)),
         autocast_dtype=AUTOCAST_DTYPE[plan.precision],
         windows=windows,
+        token_nll=token_nll,
     )
     scores = result.to_dict()
     if windows is None:
         del scores["nll_per_window"]
     row = {**row, **{k: v for k, v in scores.items() if not k.startswith("bucket")}}
     row["loss_by_position"] = result.loss_by_position()
+    if token_nll:
+        row["token_nll"] = result.token_nll
     if not math.isfinite(row["loss"]):
         # a diverged model: reported as such, never as a number or a skipped length
         row["status"] = "nonfinite"

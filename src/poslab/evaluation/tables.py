@@ -158,6 +158,15 @@ def markdown(rows: list[dict], title: str, row_key: str, brief: bool = False) ->
             f"\n### {other.replace('_', ' ')} ({name})\n",
             markdown_table(sub, other, row_key),
         ]
+    used = [r for r in rows if "context_gain" in r]  # eval.short_context (context_use.py)
+    if used:
+        short, threshold = used[0]["short_context"], used[0]["gain_threshold"]
+        parts += [
+            f"\n### context use: mean gain over a {short}-token context (nats; nonoverlapping)\n",
+            markdown_table(used, "context_gain", row_key),
+            f"\n### key tokens: share gaining > {threshold:g} nats from the long context\n",
+            markdown_table(used, "key_token_share", row_key),
+        ]
     return "\n".join(parts)
 
 

@@ -149,6 +149,8 @@ EVAL_SCHEMA: dict[str, Check] = {
     "eval.batch_size": integer(1, null=True),
     "eval.position_offset": integer(0),
     "eval.bucket_size": integer(1, null=True),
+    "eval.short_context": integer(1, null=True),
+    "eval.gain_threshold": number(gt=0),
     "eval.unsupported": choice("error", "skip"),
     "eval.precision": choice(*PRECISION_CHOICES),
     "eval.device": choice("auto", "cpu", "cuda"),
