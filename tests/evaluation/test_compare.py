@@ -36,3 +36,33 @@ def test_shape_checks_follow_the_paper():
     assert len(good) == 4 and all(line.startswith("- [x]") for line in good)
     bad = shape_checks(rows({"sinusoidal": 2.0, "rope": 1.01, "alibi": 1.2, "t5": 1.5}))
     assert all(line.startswith("- [ ]") for line in bad)
+
+
+def test_context_use_differences_are_paired_by_seed():
+    """Context use merged over seeds keeps each seed's value; the difference to the baseline is
+    the per-seed difference's mean and t-interval (here: +0.1, +0.2, +0.3 -> 0.2 ± 0.248)."""
+    from poslab.evaluation.compare import context_differences
+    from poslab.evaluation.seeds import merge_seeds
+
+    def runs(gains):
+        return [
+            (
+                seed,
+                [
+                    {
+                        "mode": "nonoverlapping",
+                        "length": 128,
+                        "status": "ok",
+                        "ppl": 10.0,
+                        "context_gain": g,
+                        "key_token_share": g / 10,
+                    }
+                ],
+            )
+            for seed, g in zip((1, 2, 3), gains, strict=True)
+        ]
+
+    rows = merge_seeds(runs([0.5, 0.6, 0.7]), "alibi") + merge_seeds(runs([0.4, 0.4, 0.4]), "rope")
+    text = context_differences(rows, "rope")
+    assert "### difference to rope: mean gain from the long context (nats)" in text
+    assert "| alibi | 3 paired | +0.200 [−0.048, +0.448]" in text

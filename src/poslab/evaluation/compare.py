@@ -611,6 +611,38 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
     )
 
 
+def context_differences(rows: list[dict], baseline: str) -> str:
+    """A Markdown section: each scheme's context use (eval.short_context: mean gain, key-token
+    share) minus the baseline's at every length both measured, mean [95% CI], paired by seed."""
+    cells = {(r["scheme"], r["length"]): r for r in rows if "context_gain" in r}
+    lengths = sorted({n for _, n in cells})
+    sections = []
+    for metric, what, digits in (
+        ("context_gain", "mean gain from the long context (nats)", 3),
+        ("key_token_share", "share of key tokens", 3),
+    ):
+        lines = [f"| scheme | seeds | {' | '.join(str(n) for n in lengths)} |"]
+        lines.append("|---" * (len(lengths) + 2) + "|")
+        for scheme in dict.fromkeys(s for s, _ in cells if s != baseline):
+            found = [
+                difference(cells[scheme, n], cells[baseline, n], metric)
+                if (scheme, n) in cells and (baseline, n) in cells
+                else None
+                for n in lengths
+            ]
+            first = next((i for i in found if i is not None), None)
+            if first is None:
+                continue
+            seeds = f"{first.n} paired" if first.paired and first.n > 1 else str(first.n)
+            texts = [difference_cell(i, digits) for i in found]
+            lines.append(f"| {scheme} | {seeds} | {' | '.join(texts)} |")
+        if len(lines) > 2:
+            sections.append(
+                f"\n\n### difference to {baseline}: {what}, mean [95% CI]\n\n" + "\n".join(lines)
+            )
+    return "".join(sections)
+
+
 def mode_differences(rows: list[dict], mode: str, base_mode: str = "nonoverlapping") -> str:
     """A Markdown section: each scheme's perplexity in `mode` minus its own in `base_mode` at
     every length both measured, mean [95% CI], paired by seed (the same runs scored two ways).
@@ -757,6 +789,7 @@ def compare(
     if baseline is not None:
         for mode in dict.fromkeys(r["mode"] for r in rows):
             text += differences(rows, baseline, mode)
+        text += context_differences(rows, baseline)
     for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):
         if mode != "nonoverlapping":
             text += mode_differences(rows, mode)

@@ -25,6 +25,10 @@ METRICS = (
     "tokens_per_s",
     "shortcut",
     "shortcut_token",
+    # eval.short_context (context_use.py)
+    "context_gain",
+    "key_token_share",
+    "key_token_ppl",
 )
 
 
@@ -74,7 +78,7 @@ def seed_ratios(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, list[float]]:
 
 
 # the metrics kept seed by seed in a row's `per_seed` (what a paired comparison reads)
-PER_SEED = ("ppl", "loss", "accuracy", "token_accuracy")
+PER_SEED = ("ppl", "loss", "accuracy", "token_accuracy", "context_gain", "key_token_share")
 
 
 def seed_ratios_by_seed(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, dict[str, float]]:
