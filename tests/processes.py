@@ -182,3 +182,24 @@ def run(args: list[str], cwd: Path, timeout: int) -> subprocess.CompletedProcess
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+class StepCounter:
+    """A callback a user adds by config (`+callbacks.counter={_target_: ...}`): it writes the
+    optimizer steps it saw to `path`."""
+
+    def __new__(cls, path: str):  # a lightning Callback, built without importing Lightning here
+        import lightning as L
+
+        class Counter(L.Callback):
+            def __init__(self) -> None:
+                self.steps = 0
+
+            def on_train_batch_end(self, trainer, *args) -> None:
+                self.steps += 1
+
+            def on_train_end(self, trainer, pl_module) -> None:
+                with open(path, "w") as f:
+                    f.write(str(self.steps))
+
+        return Counter()

@@ -151,7 +151,7 @@ def test_schemes_below_target_are_profiled_against_nope(bench, one_thread, monke
     """A real profile of one step of each, beside one of the nope of its block; the page lists
     the ops with the most extra time."""
     # every scheme below the target on paper, so that fire is profiled whatever the timings
-    monkeypatch.setattr("bench.run.TARGET_VS_NOPE", 1e9)
+    monkeypatch.setattr("poslab.bench.run.TARGET_VS_NOPE", 1e9)
     report = one_round(bench, ["nope", "fire"])
     nope, fire = report.results
     assert not report.kernel_rows
@@ -194,7 +194,7 @@ def test_evaluation_below_its_target_is_profiled_beside_training(
 ) -> None:
     """A real profile of one evaluation batch and one training step of nope, per token."""
     # evaluation below the target on paper, so that it is profiled whatever the timings
-    monkeypatch.setattr("bench.run.TARGET_EVAL_OVER_TRAIN", 1e9)
+    monkeypatch.setattr("poslab.bench.run.TARGET_EVAL_OVER_TRAIN", 1e9)
     report = one_round(bench, ["nope"])
     (nope,) = report.results
     assert nope.eval_profile and nope.profile and nope.eval_profile_tokens > 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +36,9 @@ class OneLineParser(argparse.ArgumentParser):
     them as one `error: ...` line with exit code 2 (argparse's own: usage + error, 2 lines)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError(f"{message}; see python {self.prog} --help")
+        invoked = Path(sys.argv[0]).name  # an installed console script: poslab-runs, ...
+        help_command = f"{invoked} --help" if invoked.startswith("poslab-") else None
+        raise ConfigError(f"{message}; see {help_command or f'python {self.prog} --help'}")
 
 
 def write_problem(folder: Path) -> str | None:

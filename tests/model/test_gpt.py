@@ -163,7 +163,8 @@ def _generic_modules() -> list[str]:
     (poslab.analysis: plots of named schemes' formulas) and the configs."""
     import poslab
 
-    skipped = ("poslab.positions", "poslab.analysis", "poslab.conf")
+    # the benchmark names schemes on purpose: its targets are against nope, its peers by name
+    skipped = ("poslab.positions", "poslab.analysis", "poslab.conf", "poslab.bench")
     names = [m.name for m in pkgutil.walk_packages(poslab.__path__, "poslab.")]
     return sorted(n for n in ["poslab", *names] if not n.startswith(skipped))
 

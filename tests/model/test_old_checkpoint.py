@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import eval_cfg
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "main-2026-11-28"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "main-2026-11-28"
 EXPECTED = json.loads((FIXTURE / "expected.json").read_text())
 
 

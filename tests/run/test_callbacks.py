@@ -25,34 +25,13 @@ def test_a_write_with_no_room_leaves_the_old_file_and_no_temporary(tmp_path):
     assert issubclass(DiskFull, ValueError)  # a ConfigError: one line, exit code 2
 
 
-class StepCounter:
-    """A callback a user adds by config (`+callbacks.counter={_target_: ...}`): it writes the
-    optimizer steps it saw to `path`."""
-
-    def __new__(cls, path: str):  # a lightning Callback, built without importing Lightning here
-        import lightning as L
-
-        class Counter(L.Callback):
-            def __init__(self) -> None:
-                self.steps = 0
-
-            def on_train_batch_end(self, trainer, *args) -> None:
-                self.steps += 1
-
-            def on_train_end(self, trainer, pl_module) -> None:
-                with open(path, "w") as f:
-                    f.write(str(self.steps))
-
-        return Counter()
-
-
 def test_callbacks_are_composed_from_config(corpus, tmp_path):
     """conf/callbacks/: one added with +callbacks.NAME, the console line dropped with null."""
     from conftest import train_in_process
 
     counted = tmp_path / "steps.txt"
     extra = [
-        f"+callbacks.counter={{_target_:test_callbacks.StepCounter,path:'{counted}'}}",
+        f"+callbacks.counter={{_target_:processes.StepCounter,path:'{counted}'}}",
         "callbacks.console=null",
         "eval.after_train=false",
         "trainer.max_steps=6",

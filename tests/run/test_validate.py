@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from poslab.run.validate import EVAL_SCHEMA, TRAIN_SCHEMA
 
-CONF = Path(__file__).resolve().parents[1] / "src" / "poslab" / "conf"
+CONF = Path(__file__).resolve().parents[2] / "src" / "poslab" / "conf"
 GROUPS = ("data", "model", "trainer", "eval", "logger", "attention", "callbacks")
 
 # options checked by the module they configure, before any work (each has tests of its own)

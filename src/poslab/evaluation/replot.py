@@ -21,7 +21,7 @@ from poslab.errors import exit_on_config_error
 
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
-    parser = OneLineParser(prog="poslab-replot", description=__doc__)
+    parser = OneLineParser(prog="scripts/replot.py", description=__doc__)
     parser.add_argument("folders", nargs="+", type=Path, help="report folders (comparison.json)")
     parser.add_argument("--out", type=Path, default=None, help="one folder: write there instead")
     parser.add_argument("--stem", default="comparison", help="the report's file stem")

@@ -37,6 +37,10 @@ def fmt(value: float | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}" if value < 1e5 else f"{value:.3g}"
 
 
+# metrics whose differences live in the third decimal (context_use.py: nats and shares)
+FINE_DIGITS = {"context_gain": 3, "key_token_share": 3}
+
+
 def cell(row: dict | None, value: str) -> str:
     """One Markdown cell: "—" for a length not evaluated or skipped, "nonfinite" for a diverged
     model, else the number."""
@@ -46,9 +50,10 @@ def cell(row: dict | None, value: str) -> str:
         return NONFINITE
     if row.get("status") != "ok":
         return str(row.get("status"))
-    text = fmt(row.get(value))
+    digits = FINE_DIGITS.get(value, 2)
+    text = fmt(row.get(value), digits)
     if row.get("n_seeds", 1) > 1 and is_finite(row.get(f"{value}_sd")):
-        text += f" ± {fmt(row[f'{value}_sd'])}"
+        text += f" ± {fmt(row[f'{value}_sd'], digits)}"
     if value == "accuracy":
         text += wilson_text(row)
     return text

@@ -305,7 +305,7 @@ must give poslab's logits on a probe. Another scheme, a run folder without a che
 
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
-    parser = OneLineParser(prog="poslab-export", description=USAGE)
+    parser = OneLineParser(prog="scripts/export_hf.py", description=USAGE)
     parser.add_argument("run", type=Path, help="a training run folder (or a .ckpt file)")
     parser.add_argument("--out", type=Path, required=True, help="the HF model's folder (new)")
     parser.add_argument("--data-path", default=None, help="the corpus, if it moved (tokenizer)")

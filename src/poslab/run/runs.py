@@ -124,7 +124,7 @@ poslab-runs --last 5
 
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
-    parser = OneLineParser(prog="poslab-runs", description=USAGE)
+    parser = OneLineParser(prog="scripts/runs.py", description=USAGE)
     parser.add_argument("folder", nargs="?", type=Path, default=Path("outputs"))
     parser.add_argument("--last", type=at_least(1), default=None, help="only the N newest runs")
     args = parser.parse_args(argv)

@@ -72,5 +72,7 @@ class String(Extension):
         return 0.1 * math.log(2) + 1 if self.temperature else 1.0
 
     def label_parts(self, shown_factor: str) -> list[str]:
-        parts = [f"S={self.shift}" if self.shift else "S=L/3", f"W={self.local_value}"]
+        # null options by their rule: the label is made before L is known (rope_scaling.py)
+        parts = [f"S={self.shift}" if self.shift else "S=L/3"]
+        parts.append(f"W={self.local}" if self.local is not None else "W=min(128,S/2)")
         return parts + ([] if self.temperature else ["no-temp"])
