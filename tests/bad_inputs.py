@@ -217,6 +217,15 @@ EVAL_BAD = [
     eval_case("run={rope}", "data_path={binary}", expected="train.txt"),
     eval_case("run={rope}", "eval.modes=[foo]", expected="eval.modes=[foo]"),
     eval_case("run={rope}", "eval.rope_scaling.kind=foo", expected="eval.rope_scaling.kind='foo'"),
+    # STRING's W ≤ S, with S by its rule at the run's L = 16 (not at the placeholder L of the
+    # first option check, which once said shift=1)
+    eval_case(
+        "run={rope}",
+        "eval.rope_scaling.kind=string",
+        "eval.rope_scaling.local=1000",
+        expected="local=1000 must be at most shift=5 (int(0.33 · L) at L = 16)",
+    ),
+    eval_case("run={rope}", "eval.short_context=0", expected="eval.short_context=0 must be an"),
     eval_case(
         "run={rope}",
         "eval.rope_scaling.kind=pi",

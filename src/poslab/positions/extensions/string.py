@@ -44,10 +44,13 @@ class String(Extension):
         require("eval.rope_scaling.shift", self.shift, integer(1, null=True))
         require("eval.rope_scaling.local", self.local, integer(0, null=True))
         require("eval.rope_scaling.temperature", self.temperature, boolean())
-        if self.local_value > self.shift_value:
+        # S is known once given or once L is (options are first checked before L is read)
+        known = self.shift is not None or self.train_length > 1
+        if known and self.local_value > self.shift_value:
+            rule = "" if self.shift else f" (int(0.33 · L) at L = {self.train_length})"
             raise ConfigError(
                 f"eval.rope_scaling.local={self.local_value} must be at most shift="
-                f"{self.shift_value}: the far keys are seen S − W closer (W ≤ S)"
+                f"{self.shift_value}{rule}: the far keys are seen S − W closer (W ≤ S)"
             )
 
     @property
