@@ -226,6 +226,19 @@ EVAL_BAD = [
         expected="local=1000 must be at most shift=5 (int(0.33 · L) at L = 16)",
     ),
     eval_case("run={rope}", "eval.short_context=0", expected="eval.short_context=0 must be an"),
+    # a context-use setting that would measure no row (#45)
+    eval_case(
+        "run={rope}",
+        "eval.short_context=1000",
+        expected="eval.short_context=1000 is not below any evaluation length (16, 32, 64",
+    ),
+    eval_case(
+        "run={rope}",
+        "eval.short_context=8",
+        "eval.modes=[sliding]",
+        expected="eval.short_context=8 measures non-overlapping rows",
+    ),
+    eval_case("run={task}", "eval.short_context=8", expected="eval.short_context=8:"),
     eval_case(
         "run={rope}",
         "eval.rope_scaling.kind=pi",

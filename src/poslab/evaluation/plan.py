@@ -96,6 +96,7 @@ def plan_lengths(plan_cfg: Any, config: dict[str, Any], **details: Any) -> EvalP
     (eval_cfg already checked)."""
     train_length = int(config["data"]["seq_len"])
     lengths = eval_lengths(plan_cfg, train_length)
+    check_short_context(plan_cfg, lengths, "task" in config["data"])
     overrides_at = {n: eval_overrides(plan_cfg, config["pos"], n, train_length) for n in lengths}
     return EvalPlan(plan_cfg, config, lengths, overrides_at, **details)
 
@@ -275,6 +276,25 @@ def pick_device(name: str) -> torch.device:
 # corpus runs, says it ignores them.
 
 
+def check_short_context(eval_cfg: Any, lengths: list[int], task: bool) -> None:
+    """eval.short_context measures non-overlapping rows longer than c: a setting that measures
+    no row is one line, not a table without it (tasks: corpus_options_set says so)."""
+    short = eval_cfg.get("short_context")
+    if not short or task:
+        return
+    if "nonoverlapping" not in list(eval_cfg.modes or []):
+        raise ConfigError(
+            f"eval.short_context={short} measures non-overlapping rows; add nonoverlapping to "
+            "eval.modes (e.g. eval.modes=[nonoverlapping,sliding])"
+        )
+    if not any(n > short for n in lengths):
+        raise ConfigError(
+            f"eval.short_context={short} is not below any evaluation length "
+            f"({', '.join(map(str, lengths))}): context use compares the full window with a "
+            "shorter one; lower it (e.g. the training length / 4)"
+        )
+
+
 def corpus_options_set(eval_cfg: Any) -> list[str]:
     """The corpus-only eval options set to something a task's evaluation would silently
     ignore, as `key=value` (eval.py's defaults, and after training's max_tokens=auto, are not
@@ -289,6 +309,8 @@ def corpus_options_set(eval_cfg: Any) -> list[str]:
         found.append(f"eval.max_tokens={eval_cfg.max_tokens}")
     if eval_cfg.get("documents"):  # documents replace a corpus split, which a task has none of
         found.append(f"eval.documents={eval_cfg.documents}")
+    if eval_cfg.get("short_context"):  # context use is measured over a corpus split
+        found.append(f"eval.short_context={eval_cfg.short_context}")
     return found
 
 
