@@ -336,6 +336,14 @@ def default_out(study: Study) -> Path:
 
 
 def parse(argv: list[str] | None) -> Any:
+    """The command line, each option checked (one line for a bad one)."""
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)  # overrides before or after the options
+    check_args(parser, args)
+    return args
+
+
+def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="scripts/study.py",
         description=__doc__.split("\n\n")[0],
@@ -394,7 +402,10 @@ def parse(argv: list[str] | None) -> Any:
         help="after MIN minutes stop the running jobs (each saves a checkpoint) "
         "and write what finished; the same command resumes",
     )
-    args = parser.parse_intermixed_args(argv)  # overrides before or after the options
+    return parser
+
+
+def check_args(parser: OneLineParser, args: Any) -> None:
     for item in args.overrides:
         if "=" not in item or item.startswith("-"):
             parser.error(f"{item!r} is not an override; write key=value (options start with --)")
@@ -411,7 +422,6 @@ def parse(argv: list[str] | None) -> Any:
             parser.error(f"--gpus {args.gpus!r}: write GPU indices, e.g. 0,1")
     if args.launcher != "local" and (args.gpus or args.device != "auto"):
         parser.error(f"--launcher {args.launcher} places jobs itself; drop --device/--gpus")
-    return args
 
 
 def resume_line(argv: list[str], out: Path) -> str:
