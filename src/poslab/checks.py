@@ -128,7 +128,7 @@ def check_schema(cfg: Any, schema: dict[str, Check]) -> None:
             value = OmegaConf.to_container(value, resolve=True)
         problem = check(value)
         if problem is not None:
-            raise ConfigError(f"{key}={_show(value)} {problem}")
+            raise ConfigError(f"{key}={shown(value)} {problem}")
 
 
 def _is_config(cfg: Any) -> bool:
@@ -144,14 +144,14 @@ def _get(cfg: dict, key: str) -> Any:
     return node
 
 
-def _show(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value as the user typed it on the command line (Hydra's syntax, not Python's)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ",".join(_show(v) for v in value) + "]"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(shown(v) for v in value) + "]"
     return str(value)
 
 
@@ -159,4 +159,4 @@ def require(key: str, value: Any, check: Check) -> None:
     """One option checked where it is used (a scheme's constructor): ConfigError naming `key`."""
     problem = check(value)
     if problem is not None:
-        raise ConfigError(f"{key}={_show(value)} {problem}")
+        raise ConfigError(f"{key}={shown(value)} {problem}")

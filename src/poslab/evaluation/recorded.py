@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from poslab.checks import require
+from poslab.checks import require, shown
 from poslab.run.validate import max_tokens_setting
 
 log = logging.getLogger(__name__)
@@ -129,16 +129,6 @@ def with_recorded_settings(
         return eval_cfg, []
     merged = OmegaConf.merge(eval_cfg, OmegaConf.create(taken))
     return merged, [f"eval.{k}={shown(v)}" for k, v in taken.items()]
-
-
-def shown(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(shown(v) for v in value) + "]"
-    return str(value)
 
 
 def comparison_lines(rows: list[dict[str, Any]], table: list[dict[str, Any]] | None) -> list[str]:

@@ -89,6 +89,7 @@ def evaluate_text(
         raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
     rows: list[dict] = []
     short = eval_cfg.get("short_context")
+    short_nll: dict[int, Any] = {}  # id(model) -> its short pass: one per distinct model
     for mode in eval_cfg.modes:
         for length in plan.lengths:
             # max_tokens: the token cap that cut the split (None: the whole split)
@@ -105,28 +106,33 @@ def evaluate_text(
             measured = bool(short) and mode == "nonoverlapping" and length > short
             scored = score_row(plan, split, row, token_nll=measured)
             if measured:
-                add_context_use(plan, split, scored, int(short))
+                add_context_use(plan, split, scored, int(short), short_nll)
             rows.append(scored)
     return rows, f"{plan.row_name()[0]}: perplexity vs evaluation length"
 
 
-def add_context_use(plan: EvalPlan, split: TokenizedSplit, row: dict, short: int) -> None:
+def add_context_use(
+    plan: EvalPlan, split: TokenizedSplit, row: dict, short: int, short_nll: dict[int, Any]
+) -> None:
     """The row's long–short difference (context_use.py), from its long pass's per-token NLL
-    and a short pass of the model it was scored with."""
+    and a short pass of the model it was scored with (kept in `short_nll` by the model: the
+    lengths that share a model share its short pass)."""
     from poslab.evaluation.context_use import DEFAULT_THRESHOLD, context_use, short_context_nll
 
     eval_cfg, length = plan.eval_cfg, row["length"]
-    short_nll = short_context_nll(
-        plan.models[length].to(plan.device),
-        split,
-        short,
-        batch_size=eval_cfg.batch_size,
-        position_offset=int(eval_cfg.position_offset),
-        autocast_dtype=AUTOCAST_DTYPE[plan.precision],
-    )
+    model = plan.models[length]
+    if id(model) not in short_nll:
+        short_nll[id(model)] = short_context_nll(
+            model.to(plan.device),
+            split,
+            short,
+            batch_size=eval_cfg.batch_size,
+            position_offset=int(eval_cfg.position_offset),
+            autocast_dtype=AUTOCAST_DTYPE[plan.precision],
+        )
     threshold = float(eval_cfg.get("gain_threshold") or DEFAULT_THRESHOLD)
     bucket = int(eval_cfg.bucket_size or max(1, plan.train_length // 32))
-    fields = context_use(row.pop("token_nll"), short_nll, length, threshold, bucket)
+    fields = context_use(row.pop("token_nll"), short_nll[id(model)], length, threshold, bucket)
     row.update(short_context=short, **fields)
     log.info(
         "%s L=%d: context gain %.3f nats; %.1f%% key tokens (gain > %g)",

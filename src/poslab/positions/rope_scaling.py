@@ -123,6 +123,14 @@ class RopeScaling:
         """Whether it computes exactly what no scaling does (s = 1 for pi, ntk, yarn, llama3)."""
         return self.method.is_identity() and not self.logn
 
+    def theta(
+        self, theta: Tensor, rotary_dims: int, length: int, base: float | None = None
+    ) -> Tensor:
+        """The kind's frequencies θ'_i, or θ itself where it changes none (bit for bit)."""
+        if not self.method.rescales_theta:
+            return theta
+        return self.method.theta(theta, rotary_dims, length, base)
+
     def query_scale(self, positions: Tensor) -> Tensor | None:
         """log-n: max(1, log(m + 1)/log L) per query (fp32), m counted from the first position
         of the window (…, T), or None."""

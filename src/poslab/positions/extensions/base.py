@@ -55,13 +55,15 @@ class Extension:
 
     @property
     def rescales_theta(self) -> bool:
-        """Whether `theta` changes the frequencies (s = 1 changes nothing, bit for bit)."""
-        return False
+        """Whether `theta` changes the frequencies: a kind that defines it, unless it is the
+        identity here (s = 1 for ntk, yarn, llama3 changes nothing, bit for bit)."""
+        return type(self).theta is not Extension.theta and not self.is_identity()
 
     def theta(
         self, theta: Tensor, rotary_dims: int, length: int, base: float | None = None
     ) -> Tensor:
-        """θ'_i (fp32) for a forward over `length` positions; `base` is the scheme's pos.base."""
+        """θ'_i (fp32) for a forward over `length` positions; `base` is the scheme's pos.base.
+        Asked only where `rescales_theta` (RopeScaling.theta)."""
         return theta
 
     @property

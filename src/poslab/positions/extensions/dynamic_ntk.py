@@ -18,10 +18,6 @@ class DynamicNTK(Extension):
     reads_length: ClassVar[bool] = True
     identity_at_one: ClassVar[bool] = False
 
-    @property
-    def rescales_theta(self) -> bool:
-        return True
-
     def theta(
         self, theta: Tensor, rotary_dims: int, length: int, base: float | None = None
     ) -> Tensor:

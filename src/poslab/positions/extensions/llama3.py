@@ -30,15 +30,9 @@ class Llama3(Extension):
                 f"high_freq_factor={self.high_freq_factor:g} (Llama 3.1: 1 and 4)"
             )
 
-    @property
-    def rescales_theta(self) -> bool:
-        return self.factor != 1
-
     def theta(
         self, theta: Tensor, rotary_dims: int, length: int, base: float | None = None
     ) -> Tensor:
-        if not self.rescales_theta:
-            return theta
         length, low, high, s = (
             self.train_length,
             self.low_freq_factor,

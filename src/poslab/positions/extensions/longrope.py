@@ -42,10 +42,6 @@ class LongRoPE(Extension):
                 "divided by the i-th; short_factor=[1,1,...] keeps the trained frequencies up to L)"
             )
 
-    @property
-    def rescales_theta(self) -> bool:
-        return True
-
     def theta(
         self, theta: Tensor, rotary_dims: int, length: int, base: float | None = None
     ) -> Tensor:

@@ -23,13 +23,7 @@ def ntk_theta(theta: Tensor, rotary_dims: int, scale: float, kind: str) -> Tenso
 
 
 class NTKScaling(Extension):
-    @property
-    def rescales_theta(self) -> bool:
-        return self.factor != 1
-
     def theta(
         self, theta: Tensor, rotary_dims: int, length: int, base: float | None = None
     ) -> Tensor:
-        if not self.rescales_theta:
-            return theta
         return ntk_theta(theta, rotary_dims, self.factor, "ntk")

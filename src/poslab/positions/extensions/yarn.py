@@ -47,15 +47,9 @@ class YaRN(Extension):
             )
         require("eval.rope_scaling.truncate", self.truncate, boolean())
 
-    @property
-    def rescales_theta(self) -> bool:
-        return self.factor != 1
-
     def theta(
         self, theta: Tensor, rotary_dims: int, length: int, base: float | None = None
     ) -> Tensor:
-        if not self.rescales_theta:
-            return theta
         ramp = self.yarn_ramp(theta, rotary_dims, base)
         return (1 - ramp) * theta / self.factor + ramp * theta
 
