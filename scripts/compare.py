@@ -8,7 +8,7 @@ or holds no results, a results row without a valid field such as `length`, an --
 be written) ends with one `error: ...` line on stderr and exit code 2, and writes nothing.
 """
 
-from poslab.evaluation.compare import main
+from poslab.report.compare import main
 
 if __name__ == "__main__":
     main()

@@ -34,6 +34,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.model",
             "poslab.run",
             "poslab.hf",
+            "poslab.report",
         ),
     ),
     ("devices and numbers (model/)", ("poslab.model.precision", "poslab.model.losses")),
@@ -49,6 +50,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("the model (model/)", ("poslab.model.gpt", "poslab.model.build")),
     ("a run: checks, Lightning, tracking, the Hydra app (run/)", ("poslab.run",)),
+    (
+        "reporting: tables, figures, files, compare, intervals; no torch (report/)",
+        ("poslab.report",),
+    ),
     (
         "evaluation (evaluation/, hf/)",
         (

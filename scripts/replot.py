@@ -1,7 +1,7 @@
 """Draw written reports' figures again: `python scripts/replot.py FOLDER ...` (the same command
-as `poslab-replot`; the code is poslab/evaluation/replot.py)."""
+as `poslab-replot`; the code is poslab/report/replot.py)."""
 
-from poslab.evaluation.replot import main
+from poslab.report.replot import main
 
 if __name__ == "__main__":
     main()

@@ -322,7 +322,7 @@ def run_in_process(
 def _script_main(app: str):  # noqa: ANN202
     """The main() scripts/APP calls (pretrained_parity.py's lives in the script)."""
     if app == "compare.py":
-        from poslab.evaluation.compare import main
+        from poslab.report.compare import main
 
         return main
     if app == "analysis.py":

@@ -125,7 +125,7 @@ def test_no_script_writes_into_the_committed_tree_unless_told_to(tmp_path):
 
     from poslab.analysis import DEFAULT_OUT
     from poslab.bench.configs import DEFAULT_OUT as BENCH_OUT
-    from poslab.evaluation.compare import default_out
+    from poslab.report.compare import default_out
 
     assert DEFAULT_OUT.parts[0] == "outputs"
     assert BENCH_OUT.parts[0] == "outputs"

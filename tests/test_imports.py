@@ -42,5 +42,21 @@ def test_the_check_finds_a_circle_and_an_upward_import(tmp_path):
     assert graph["poslab.positions.rope"] == {"poslab.analysis"}
     assert imports.cycles(graph) == [["poslab.analysis", "poslab.positions.rope"]]
     assert imports.upward_imports(graph) == [
-        "poslab.positions.rope (floor 2) imports poslab.analysis (floor 6)"
+        "poslab.positions.rope (floor 2) imports poslab.analysis (floor 7)"
     ]
+
+
+def test_the_report_floor_imports_no_torch():
+    """A report is re-made from files without a model: importing every module of report/ (and
+    everything they import at the top) loads no torch and no Lightning."""
+    import subprocess
+
+    names = sorted(n for n in imports.import_graph() if n.startswith("poslab.report"))
+    assert "poslab.report.compare" in names and "poslab.report.files" in names
+    code = (
+        "import sys\n"
+        + "".join(f"import {n}\n" for n in names)
+        + "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -14,7 +14,7 @@ import pytest
 from bad_inputs import EVAL_BAD, case_problems, nothing_written_by_eval
 from conftest import REPO, case_values, contents, contract_problems, run_in_process
 
-from poslab.evaluation.compare import find_results
+from poslab.report.compare import find_results
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import compose_train
 
-from poslab.evaluation.seeds import merge_seeds
-from poslab.evaluation.tables import learning_table, markdown
+from poslab.report.seeds import merge_seeds
+from poslab.report.tables import learning_table, markdown
 from poslab.evaluation.tasks import learning_summary
 
 
@@ -115,7 +115,7 @@ def test_seeds_merge_into_learned_seeds_and_effective_length_mean_sd():
 
 def test_a_row_some_seeds_of_which_learned_says_how_many_in_table_and_figure():
     """Not "did not learn at L": that would misreport a row whose seeds learned 2 times in 3."""
-    from poslab.evaluation.figures import accuracy_figure
+    from poslab.report.figures import accuracy_figure
 
     def seeds(scheme, accuracies):
         runs = [(s, with_summary(rows_of(a, scheme=scheme))) for s, a in enumerate(accuracies)]

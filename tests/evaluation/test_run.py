@@ -242,7 +242,7 @@ def test_a_validation_text_changed_in_place_is_refused_unless_asked_for(corpus, 
         evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, None)
     rows, _ = evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, str(mine))
     assert rows[0]["status"] == "ok"  # data_path= asks for the new text, and the report says so
-    from poslab.evaluation.tables import scored_note
+    from poslab.report.tables import scored_note
 
     said = f"data_path={mine}: not the validation text the run recorded"
     assert rows[0]["other_text"] == said and said in scored_note(rows)

@@ -173,7 +173,7 @@ def _generic_modules() -> list[str]:
 NAMED_ON_PURPOSE = {
     # the shape checks test the papers' claims about named schemes (ALiBi flat past L, rotary
     # rising)
-    "poslab.evaluation.compare",
+    "poslab.report.compare",
     # the schemes that map to an HF architecture (learned -> GPT-2, rope -> GPT-NeoX)
     "poslab.hf.export",
     # an HF model's rotary module, where eval-time frequency kinds reach it

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from poslab.data.cache import TokenCache
 from poslab.data.tokens import EOS, TokenizedSplit
 from poslab.errors import ConfigError
-from poslab.evaluation.files import default_out_dir, report_rows
+from poslab.report.files import default_out_dir, report_rows
 from poslab.evaluation.perplexity import score, too_few_windows
 from poslab.evaluation.plan import EvalPlan, plan_checkpoint, resolved
 from poslab.evaluation.recorded import (
@@ -25,7 +25,7 @@ from poslab.evaluation.recorded import (
     run_table,
     scored_token_cap,
 )
-from poslab.evaluation.tables import NO_DOCUMENT, metric_name
+from poslab.report.tables import NO_DOCUMENT, metric_name
 from poslab.evaluation.tasks import evaluate_task_plan
 from poslab.model.precision import AUTOCAST_DTYPE
 from poslab.run.tracking import start_eval_wandb_run

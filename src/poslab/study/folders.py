@@ -55,7 +55,7 @@ def check_runs_match(out: Path, study: Study) -> None:
     """A job whose folder holds a run resumes (or is skipped as finished) only if that run has
     the job's settings now: a recipe edited since, other overrides, or a folder copied from
     elsewhere would merge other models into one row, with exit code 0."""
-    from poslab.evaluation.compare import ADDED_LATER, run_options
+    from poslab.report.compare import ADDED_LATER, run_options
 
     for job in study.jobs:
         folder = run_folder(out, job.name)

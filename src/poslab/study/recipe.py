@@ -190,7 +190,7 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from poslab.evaluation.compare import settings_of
+    from poslab.report.compare import settings_of
     from poslab.run.cli import hydra_error_line
     from poslab.run.validate import TRAIN_SCHEMA, check_run_config
 

@@ -110,7 +110,7 @@ def row_names(runs: list[Path]) -> dict[str, str]:
     would not tell the rows apart."""
     from collections import Counter
 
-    from poslab.evaluation.compare import label_rows
+    from poslab.report.compare import label_rows
 
     trained = {r["scheme"]: r["train_length"] for r in label_rows([r / RESULT for r in runs])}
     usual = Counter(trained.values()).most_common(1)[0][0]
@@ -125,7 +125,7 @@ def row_names(runs: list[Path]) -> dict[str, str]:
 
 def _compare(runs: list[Path], out: Path, name: str, baseline: str | None) -> str:
     """compare.py's table; without the baseline where its row has not finished (said)."""
-    from poslab.evaluation.compare import compare
+    from poslab.report.compare import compare
 
     title = f"{name}: perplexity vs evaluation length"
     names = row_names(runs)

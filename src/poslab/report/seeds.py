@@ -12,7 +12,7 @@ import math
 import statistics
 from typing import Any
 
-from poslab.evaluation.tables import NONFINITE, is_finite, is_nonfinite
+from poslab.report.tables import NONFINITE, is_finite, is_nonfinite
 
 # the metrics averaged over seeds when every seed's row has them
 METRICS = (

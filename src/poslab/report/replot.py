@@ -4,7 +4,7 @@ code (tables untouched).
 python scripts/replot.py docs/results/rope_base docs/results/tasks_passkey ...
 python scripts/replot.py docs/results/rope_base --out /tmp/rope_base   # elsewhere
 
-The figures are those compare.py writes (poslab.evaluation.files.report_figures), titled with the
+The figures are those compare.py writes (poslab.report.files.report_figures), titled with the
 first line of each folder's comparison.md. (`compare.py docs/results/NAME/comparison.json --out
 DIR` draws the same figures but writes its tables again, with the current table code.) Bad
 input (a folder without comparison.json, an --out that cannot be written) is one `error: ...`
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         if len(args.folders) > 1:
             parser.error("--out takes one report folder")
         check_writable(args.out, "--out")
-    from poslab.evaluation.files import replot_report
+    from poslab.report.files import replot_report
 
     for folder in args.folders:
         paths = replot_report(folder, args.out, args.stem)

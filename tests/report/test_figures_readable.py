@@ -22,7 +22,7 @@ from poslab.analysis.decay import decay_figure, decay_rows
 from poslab.analysis.sinusoidal import sinusoidal_figure
 from poslab.analysis.t5_buckets import t5_buckets_figure
 from poslab.analysis.wavelength import wavelength_figure, wavelength_rows
-from poslab.evaluation.figures import (
+from poslab.report.figures import (
     accuracy_figure,
     heatmap_figure,
     natural_sorted,
@@ -31,7 +31,7 @@ from poslab.evaluation.figures import (
     report_styles,
     style_for_index,
 )
-from poslab.evaluation.files import longest_rows, report_figures
+from poslab.report.files import longest_rows, report_figures
 from poslab.positions.rope_theta import theta_figure
 
 LENGTHS = (64, 128, 256, 512, 1024)

@@ -1,4 +1,4 @@
-"""Confidence intervals (poslab.evaluation.intervals) and the paired differences that
+"""Confidence intervals (poslab.report.intervals) and the paired differences that
 `scripts/compare.py --baseline` reports."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from poslab.evaluation.compare import compare, main
-from poslab.evaluation.files import EVALUATED_RUN, record_evaluated_run
-from poslab.evaluation.intervals import (
+from poslab.report.compare import compare, main
+from poslab.report.files import EVALUATED_RUN, record_evaluated_run
+from poslab.report.intervals import (
     paired_difference,
     t_interval,
     t_quantile,
@@ -21,7 +21,7 @@ from poslab.evaluation.intervals import (
     welch_interval,
     wilson_interval,
 )
-from poslab.evaluation.tables import cell
+from poslab.report.tables import cell
 
 # two-sided 95% points of Student's t (any statistics table)
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 9: 2.262, 30: 2.042, 1000: 1.962}
@@ -267,7 +267,7 @@ def test_rename_and_only_choose_and_order_the_rows(tmp_path, capsys):
 
 
 def test_a_row_whose_label_holds_an_equals_sign_can_be_renamed_and_swapped():
-    from poslab.evaluation.compare import chosen_rows
+    from poslab.report.compare import chosen_rows
 
     rows = [{"scheme": s} for s in ("rope [pos.base=100]", "rope", "t5")]
     # ROW is the longest label before an "=": the label's own "=" does not split it
@@ -317,8 +317,8 @@ def test_the_difference_figure_gives_every_scheme_its_own_row_best_first(tmp_pat
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgba
 
-    from poslab.evaluation.differences import difference_set
-    from poslab.evaluation.figures import difference_figure
+    from poslab.report.differences import difference_set
+    from poslab.report.figures import difference_figure
 
     three_seeds(tmp_path / "runs")
     seeded_run(tmp_path / "runs" / "nope1", "nope", [101.0, 115.0, 140.0], 1)
@@ -362,7 +362,7 @@ def test_the_difference_figure_gives_every_scheme_its_own_row_best_first(tmp_pat
 
 
 def interval_set(by_scheme: dict, lengths=(64, 128, 256), metric: str = "ppl"):
-    from poslab.evaluation.differences import DifferenceSet
+    from poslab.report.differences import DifferenceSet
 
     return DifferenceSet("rope", "nonoverlapping", metric, list(lengths), by_scheme, {}, {})
 
@@ -373,8 +373,8 @@ def test_the_difference_figure_takes_rows_with_gaps_and_clipped_intervals():
     interval written; no finite difference at all: no figure."""
     import matplotlib.pyplot as plt
 
-    from poslab.evaluation.figures import difference_figure
-    from poslab.evaluation.intervals import Interval
+    from poslab.report.figures import difference_figure
+    from poslab.report.intervals import Interval
 
     def iv(mean, half=None, n=3):
         low = None if half is None else mean - half
@@ -407,7 +407,7 @@ def test_the_difference_figure_takes_rows_with_gaps_and_clipped_intervals():
 
 
 def test_replot_draws_the_differences_again_to_the_baseline_the_report_names(tmp_path):
-    from poslab.evaluation.files import replot_report
+    from poslab.report.files import replot_report
 
     three_seeds(tmp_path / "runs")
     compare([tmp_path / "runs"], tmp_path / "with", baseline="alibi")

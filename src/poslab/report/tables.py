@@ -71,7 +71,7 @@ def examples_scored(row: dict) -> int | None:
 def wilson_text(row: dict) -> str:
     """The 95% Wilson interval of an accuracy over the examples scored (pooled over seeds), as
     " [0.81, 0.93]"; "" for a row without an example count (the baseline rows)."""
-    from poslab.evaluation.intervals import wilson_interval
+    from poslab.report.intervals import wilson_interval
 
     n = examples_scored(row)
     if not is_finite(row.get("accuracy")) or not n:

@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from poslab.errors import NO_SPACE_ERRNOS, ConfigError
-from poslab.evaluation.differences import difference_set
-from poslab.evaluation.figures import (
+from poslab.report.differences import difference_set
+from poslab.report.figures import (
     accuracy_figure,
     difference_figure,
     heatmap_figure,
@@ -28,7 +28,7 @@ from poslab.evaluation.figures import (
     ppl_figure,
     report_styles,
 )
-from poslab.evaluation.tables import is_nonfinite, is_task, markdown, metric_name
+from poslab.report.tables import is_nonfinite, is_task, markdown, metric_name
 from poslab.run.tracking import log_results
 
 CSV_FIELDS = [
@@ -55,7 +55,7 @@ CSV_FIELDS = [
     "key_token_share",
     "key_token_ppl",
     "vocab_size",
-    # rows merged over seeds (poslab.evaluation.seeds): the spread and the seeds
+    # rows merged over seeds (poslab.report.seeds): the spread and the seeds
     "loss_sd",
     "ppl_sd",
     "word_ppl_sd",

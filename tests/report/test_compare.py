@@ -1,8 +1,8 @@
-"""evaluation/compare.py: runs merged into one table, the shape checks of the papers' claims."""
+"""report/compare.py: runs merged into one table, the shape checks of the papers' claims."""
 
 from __future__ import annotations
 
-from poslab.evaluation.compare import compare, shape_checks
+from poslab.report.compare import compare, shape_checks
 
 
 def test_compare_merges_runs_into_one_table(trained_runs, tmp_path):
@@ -41,8 +41,8 @@ def test_shape_checks_follow_the_paper():
 def test_context_use_differences_are_paired_by_seed():
     """Context use merged over seeds keeps each seed's value; the difference to the baseline is
     the per-seed difference's mean and t-interval (here: +0.1, +0.2, +0.3 -> 0.2 ± 0.248)."""
-    from poslab.evaluation.compare import context_differences
-    from poslab.evaluation.seeds import merge_seeds
+    from poslab.report.compare import context_differences
+    from poslab.report.seeds import merge_seeds
 
     def runs(gains):
         return [

@@ -16,7 +16,7 @@ class CompareOnMultirunEnd(Callback):
     """After a `-m` sweep, merge its jobs' results into <sweep>/comparison/."""
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        from poslab.evaluation.compare import compare, find_results
+        from poslab.report.compare import compare, find_results
 
         sweep = Path(config.hydra.sweep.dir)
         if find_results([sweep]):

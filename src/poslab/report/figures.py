@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from poslab.evaluation.tables import NONFINITE, is_finite, is_nonfinite, learning_note
+from poslab.report.tables import NONFINITE, is_finite, is_nonfinite, learning_note
 from poslab.plotting import (  # re-exported: callers and tests import them from here
     COINCIDE_RTOL,
     NiceLogLocator,

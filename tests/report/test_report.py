@@ -13,10 +13,10 @@ import pytest
 from conftest import run_in_process
 
 from poslab.errors import ConfigError
-from poslab.evaluation.compare import compare, shape_checks
-from poslab.evaluation.figures import log_binned, position_figure, ppl_figure
-from poslab.evaluation.files import write_reports
-from poslab.evaluation.tables import markdown, markdown_table
+from poslab.report.compare import compare, shape_checks
+from poslab.report.figures import log_binned, position_figure, ppl_figure
+from poslab.report.files import write_reports
+from poslab.report.tables import markdown, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 NAN, INF = float("nan"), float("inf")
@@ -284,7 +284,7 @@ def test_compare_script_on_no_results_exits_2_with_one_line(tmp_path, what, monk
 
 
 def test_runs_of_one_scheme_in_two_sweeps_get_distinct_labels(tmp_path):
-    from poslab.evaluation.compare import label_rows
+    from poslab.report.compare import label_rows
 
     paths = []
     for sweep in ("sweep_a", "sweep_b"):
@@ -298,7 +298,7 @@ def test_runs_of_one_scheme_in_two_sweeps_get_distinct_labels(tmp_path):
 
 
 def test_runs_of_one_scheme_are_labelled_by_the_options_they_differ_in(tmp_path):
-    from poslab.evaluation.compare import label_rows
+    from poslab.report.compare import label_rows
 
     paths = []
     for i, base in enumerate((100, 10000)):
@@ -468,7 +468,7 @@ def test_a_run_without_a_config_does_not_stop_the_others_merging(tmp_path):
 def test_rows_whose_runs_differ_besides_the_scheme_say_how_with_precision_resolved(tmp_path):
     """alibi trained 150 steps beside rope trained 500 never reads as a like-for-like row: the
     report's legend table gives every differing setting, `precision=auto` as it resolved."""
-    from poslab.evaluation.compare import compare
+    from poslab.report.compare import compare
 
     sweep = tmp_path / "sweep"
     for scheme, steps, precision in (("rope", 500, "32-true"), ("alibi", 150, "bf16-mixed")):
@@ -489,7 +489,7 @@ def test_rows_whose_runs_differ_besides_the_scheme_say_how_with_precision_resolv
 
 
 def test_rows_whose_runs_agree_besides_the_scheme_get_no_legend_table(tmp_path):
-    from poslab.evaluation.compare import compare
+    from poslab.report.compare import compare
 
     sweep = tmp_path / "sweep"
     for scheme in ("rope", "alibi"):
@@ -518,7 +518,7 @@ def test_sliding_minus_nonoverlapping_is_paired_by_seed_within_each_scheme(tmp_p
 def test_the_first_line_says_where_only_some_rows_recorded_precision_and_cap():
     """A table merging rows of older runs (which recorded neither) with new ones must not claim
     the new rows' precision and cap for all of them."""
-    from poslab.evaluation.tables import scored_note
+    from poslab.report.tables import scored_note
 
     new = {"status": "ok", "tokens": 100, "precision": "32-true", "max_tokens": None}
     old = {"status": "ok", "tokens": 100}
@@ -529,7 +529,7 @@ def test_the_first_line_says_where_only_some_rows_recorded_precision_and_cap():
 
 
 def test_the_seeds_note_keeps_a_row_name_with_a_comma_whole():
-    from poslab.evaluation.tables import seeds_note
+    from poslab.report.tables import seeds_note
 
     rows = [
         {"scheme": "alibi", "n_seeds": 3},

@@ -10,11 +10,11 @@ from typing import Any
 
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
-from poslab.evaluation.differences import difference, difference_set
-from poslab.evaluation.intervals import Interval
-from poslab.evaluation.tables import fmt, is_finite, is_nonfinite, markdown
+from poslab.report.differences import difference, difference_set
+from poslab.report.intervals import Interval
+from poslab.report.tables import fmt, is_finite, is_nonfinite, markdown
 
-# poslab.evaluation.files and .seeds (matplotlib) are imported where they are used: the
+# poslab.report.files and .seeds (matplotlib) are imported where they are used: the
 # command-line helpers below serve scripts whose bad arguments should not wait for them
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def run_options(run: Path) -> dict[str, Any] | None:
     (an eval.py out_dir): an out_dir that recorded the run it evaluated has that run's options."""
     path = run / ".hydra" / "config.yaml"
     if not path.is_file():
-        from poslab.evaluation.files import evaluated_run
+        from poslab.report.files import evaluated_run
 
         source = evaluated_run(run)
         return run_options(source) if source is not None and source != run else None
@@ -125,7 +125,7 @@ def label_rows(
     """All rows, with `scheme` made unique per configuration when two runs share a scheme name:
     by the training options in which those runs differ (`rope [pos.base=100]`), else by run
     folder (sweep/folder where two sweeps' jobs share a folder name). Runs that differ only in
-    `seed` are one configuration: merged into mean ± sd rows (poslab.evaluation.seeds). A file
+    `seed` are one configuration: merged into mean ± sd rows (poslab.report.seeds). A file
     of several schemes' rows (a committed comparison.json) gives one entry per row, labelled by
     the table's folder when a run of that name stands beside it (`t5 [extrapolation_cpu_all]`).
     `for_report`: every row is checked for what the report reads too (read_result). `joins`
@@ -219,7 +219,7 @@ def label_rows(
                 "add a seed the row does not have"
             )
     settings = differing_settings({name: (run, options_at(run)) for name, run in run_of.items()})
-    from poslab.evaluation.seeds import merge_seeds, per_seed_values
+    from poslab.report.seeds import merge_seeds, per_seed_values
 
     merged = []
     for (name, _), members in configurations.items():
@@ -409,7 +409,7 @@ def ratio_interval(rows: list[dict], scheme: str, mode: str, factor: float) -> I
     """`scheme`'s ratio at `factor`× with its 95% t interval over seeds: from the seeds' own
     ratios where the row kept them, else from its mean ± sd; n = 1 without spread; None when
     there is no ratio."""
-    from poslab.evaluation.intervals import t_interval, t_quantile
+    from poslab.report.intervals import t_interval, t_quantile
 
     value = ratio(rows, scheme, mode, factor)
     if value is None:
@@ -766,7 +766,7 @@ def compare(
         )
     out = Path(out)
     check_writable(out, "--out")
-    from poslab.evaluation.files import longest_rows, write_reports
+    from poslab.report.files import longest_rows, write_reports
 
     # write_reports makes `out` (and removes it again if a write fails)
     tasks = {r.get("task") for r in rows}

@@ -1,4 +1,4 @@
-"""Results of an evaluation on disk (evaluation/files.py, evaluation/run.py): written all or
+"""Results of an evaluation on disk (report/files.py, evaluation/run.py): written all or
 none (a full disk keeps the previous set), and a re-evaluation never replacing the
 after-training table."""
 
@@ -12,7 +12,7 @@ import pytest
 from conftest import contents, copy_run, file_size_limit, temporaries
 
 from poslab.errors import ConfigError
-from poslab.evaluation.files import (
+from poslab.report.files import (
     report_rows,
     results_folder,
     temporary_path,

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poslab.evaluation.intervals import (
+from poslab.report.intervals import (
     Interval,
     paired_difference,
     welch_from_summaries,
 )
-from poslab.evaluation.tables import is_finite
+from poslab.report.tables import is_finite
 
 
 @dataclass
