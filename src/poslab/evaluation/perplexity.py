@@ -197,14 +197,8 @@ def score(
     batch_size = batch_size or max(1, default_batch_tokens(device) // length)
     result = ScoreResult(length=length, mode=mode, stride=stride or length, bucket_size=bucket_size)
     result.windows = len(windows)
-    n_buckets = math.ceil(length / bucket_size)
-    bucket_nll = torch.zeros(n_buckets, dtype=torch.float64, device=device)
-    bucket_count = torch.zeros(n_buckets, dtype=torch.long, device=device)
     ids = torch.from_numpy(np.asarray(data.ids, dtype=np.int64))
-    # cumulative counts: the words (bytes) of targets lo..hi-1 are cum[hi] - cum[lo]
-    cum_words = np.concatenate([[0], np.cumsum(np.asarray(data.words, dtype=np.int64))])
-    cum_bytes = np.concatenate([[0], np.cumsum(np.asarray(data.bytes, dtype=np.int64))])
-    batches = batched(windows, batch_size)
+    sums = _Sums(data, windows if given else None, token_nll, length, bucket_size, device)
     started = time.perf_counter()
     bar = tqdm(
         total=len(windows),
@@ -213,39 +207,71 @@ def score(
         disable=None if progress else True,  # None: on a terminal only
         leave=False,
     )
-    nll_total = torch.zeros((), dtype=torch.float64, device=device)
-    # each given window's NLL, summed on the device (no sync per batch); batches lose the order
-    per_window = torch.zeros(len(windows) if given else 0, dtype=torch.float64, device=device)
-    index = {id(w): i for i, w in enumerate(windows)} if given else {}
-    per_token = torch.full((max(0, len(ids) - 1) if token_nll else 0,), float("nan"), device=device)
-    for batch in batches:
+    for batch in batched(windows, batch_size):
         n, score_from = batch[0].length, batch[0].score_from
         starts = torch.tensor([w.start for w in batch])
         tokens = ids[starts[:, None] + torch.arange(n + 1)].to(device, non_blocking=True)
         nll = window_nll(model, tokens, score_from, position_offset, autocast_dtype)
-        if given:
-            where_windows = torch.tensor([index[id(w)] for w in batch], device=device)
-            per_window[where_windows] = nll.sum(1, dtype=torch.float64)
-        where = torch.arange(score_from, n, device=device) // bucket_size
-        bucket_nll.index_add_(0, where, nll.sum(0, dtype=torch.float64))
-        bucket_count.index_add_(0, where, torch.full_like(where, len(batch)))
-        nll_total += nll.sum(dtype=torch.float64)
-        if token_nll:  # target j of a window is the split's target start + j
+        sums.add(batch, starts, nll)
+        bar.update(len(batch))
+    bar.close()
+    result.seconds = time.perf_counter() - started
+    sums.into(result)
+    return result
+
+
+class _Sums:
+    """What score() adds up over the batches, on the model's device (no sync per batch): the
+    NLL per position bucket and in all, the scored targets' words and bytes, each given
+    window's NLL (batches lose the windows' order) and, when asked, each target's NLL."""
+
+    def __init__(
+        self,
+        data: TokenizedSplit,
+        given: list[Window] | None,
+        token_nll: bool,
+        length: int,
+        bucket_size: int,
+        device: torch.device,
+    ) -> None:
+        n_buckets = math.ceil(length / bucket_size)
+        self.bucket_size, self.device = bucket_size, device
+        self.bucket_nll = torch.zeros(n_buckets, dtype=torch.float64, device=device)
+        self.bucket_count = torch.zeros(n_buckets, dtype=torch.long, device=device)
+        self.nll = torch.zeros((), dtype=torch.float64, device=device)
+        self.tokens = self.words = self.bytes = 0
+        # cumulative counts: the words (bytes) of targets lo..hi-1 are cum[hi] - cum[lo]
+        self.cum_words = np.concatenate([[0], np.cumsum(np.asarray(data.words, dtype=np.int64))])
+        self.cum_bytes = np.concatenate([[0], np.cumsum(np.asarray(data.bytes, dtype=np.int64))])
+        self.index = {id(w): i for i, w in enumerate(given)} if given is not None else None
+        self.per_window = torch.zeros(len(given or ()), dtype=torch.float64, device=device)
+        targets = max(0, len(data.ids) - 1) if token_nll else 0
+        self.per_token = torch.full((targets,), float("nan"), device=device) if token_nll else None
+
+    def add(self, batch: list[Window], starts: torch.Tensor, nll: torch.Tensor) -> None:
+        n, score_from, device = batch[0].length, batch[0].score_from, self.device
+        if self.index is not None:
+            where_windows = torch.tensor([self.index[id(w)] for w in batch], device=device)
+            self.per_window[where_windows] = nll.sum(1, dtype=torch.float64)
+        where = torch.arange(score_from, n, device=device) // self.bucket_size
+        self.bucket_nll.index_add_(0, where, nll.sum(0, dtype=torch.float64))
+        self.bucket_count.index_add_(0, where, torch.full_like(where, len(batch)))
+        self.nll += nll.sum(dtype=torch.float64)
+        if self.per_token is not None:  # target j of a window is the split's target start + j
             targets = starts[:, None] + torch.arange(score_from, n)
-            per_token[targets.to(device).flatten()] = nll.float().flatten()
-        result.tokens += (n - score_from) * len(batch)
+            self.per_token[targets.to(device).flatten()] = nll.float().flatten()
+        self.tokens += (n - score_from) * len(batch)
         # target j of a window is token start + 1 + j of the split
         first = starts.numpy() + 1
         lo, hi = first + score_from, first + n
-        result.words += int((cum_words[hi] - cum_words[lo]).sum())
-        result.bytes += int((cum_bytes[hi] - cum_bytes[lo]).sum())
-        bar.update(len(batch))
-    bar.close()
-    result.nll = float(nll_total)
-    result.seconds = time.perf_counter() - started
-    result.bucket_nll = bucket_nll.tolist()
-    result.bucket_count = bucket_count.tolist()
-    result.nll_per_window = per_window.tolist()
-    if token_nll:
-        result.token_nll = per_token.cpu().numpy()
-    return result
+        self.words += int((self.cum_words[hi] - self.cum_words[lo]).sum())
+        self.bytes += int((self.cum_bytes[hi] - self.cum_bytes[lo]).sum())
+
+    def into(self, result: ScoreResult) -> None:
+        result.nll = float(self.nll)
+        result.tokens, result.words, result.bytes = self.tokens, self.words, self.bytes
+        result.bucket_nll = self.bucket_nll.tolist()
+        result.bucket_count = self.bucket_count.tolist()
+        result.nll_per_window = self.per_window.tolist()
+        if self.per_token is not None:
+            result.token_nll = self.per_token.cpu().numpy()

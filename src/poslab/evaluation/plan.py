@@ -51,6 +51,11 @@ class EvalPlan:
     # a pretrained HF model (eval.py hf=...): its tokenizer reads the corpus; None for poslab's
     tokenizer: Any = None
     source: str | None = None  # the hub id or folder
+    # settled once the models are built, before any data is read (`settle`): the rows' scheme
+    # name and eval-time variant, and length -> why the scheme cannot represent it
+    scheme_name: str = ""
+    variant: str = ""
+    unsupported: dict[int, str] = field(default_factory=dict)
 
     @property
     def train_length(self) -> int:
@@ -68,6 +73,23 @@ class EvalPlan:
         variant = ", ".join(p for p in [*parts, eval_variant_label(eval_cfg)] if p)
         scheme = scheme_label(self.model_config or self.config)
         return (f"{scheme} + {variant}" if variant else scheme), variant
+
+    def settle(self) -> None:
+        """What the rows are called and which lengths the scheme cannot represent, decided from
+        the config and the built models before any data is read (eval.unsupported=error raises
+        here). A text row's last position is eval.position_offset + L - 1; a task's, the largest
+        position its axes give (a 1-D scheme reads the token index whatever axes it gives)."""
+        self.scheme_name, self.variant = self.row_name()
+        model = next(iter(self.models.values()), None)
+        if model is None:
+            return
+        if self.task is not None:
+            reads_axes = model.pos.position_axes
+            max_position = self.task.max_position if reads_axes else (lambda n: n - 1)
+        else:
+            offset = int(self.eval_cfg.position_offset)
+            max_position = lambda n: offset + n - 1  # noqa: E731
+        self.unsupported = self.unsupported_lengths(max_position)
 
     def unsupported_lengths(self, max_position: Callable[[int], int]) -> dict[int, str]:
         """length -> why the scheme cannot represent the positions up to `max_position(length)`
@@ -174,6 +196,7 @@ def load_models(plan: EvalPlan, checkpoint: dict[str, Any]) -> None:
     plan.precision = resolve_precision(
         plan.eval_cfg.precision, plan.device.type, key="eval.precision"
     )
+    plan.settle()
 
 
 def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool) -> EvalPlan:
@@ -212,6 +235,7 @@ def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool
     plan.models = models_per_length(hf_model, source, options, plan.lengths, context, device)
     plan.model_config = config
     plan.device, plan.precision = device, precision
+    plan.settle()
     return plan
 
 

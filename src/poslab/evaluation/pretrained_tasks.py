@@ -274,6 +274,7 @@ def evaluate_pretrained_task(plan: EvalPlan, task: Task, data: Any) -> tuple[lis
     # the run's config says which task (W&B records it; plan.is_task reads it)
     task_config = OmegaConf.to_container(data.task, resolve=True)
     plan.config["data"] = {**plan.config["data"], "name": data.get("name"), "task": task_config}
+    plan.settle()  # the lengths the model cannot represent, now that the task's positions are known
     check_lengths_fit(plan)
     rows, _ = evaluate_task_plan(plan, score_rendered_length)
     vocab_size = plan.models[plan.lengths[0]].vocab_size  # its output rows, as text rows say

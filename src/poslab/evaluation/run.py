@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 from poslab.data.cache import TokenCache
 from poslab.data.tokens import EOS, TokenizedSplit
 from poslab.errors import ConfigError
-from poslab.report.files import default_out_dir, report_rows
 from poslab.evaluation.perplexity import score, too_few_windows
 from poslab.evaluation.plan import EvalPlan, plan_checkpoint, resolved
 from poslab.evaluation.recorded import (
@@ -25,9 +24,10 @@ from poslab.evaluation.recorded import (
     run_table,
     scored_token_cap,
 )
-from poslab.report.tables import NO_DOCUMENT, metric_name
 from poslab.evaluation.tasks import evaluate_task_plan
 from poslab.model.precision import AUTOCAST_DTYPE
+from poslab.report.files import default_out_dir, report_rows
+from poslab.report.tables import NO_DOCUMENT, metric_name
 from poslab.run.tracking import start_eval_wandb_run
 from poslab.run.validate import check_eval_config
 
@@ -77,14 +77,14 @@ def evaluate_plan(
 def evaluate_text(
     plan: EvalPlan, cache: TokenCache | None, data_path: str | None
 ) -> tuple[list[dict], str]:
-    """The rows of a text checkpoint: perplexity per mode and length over the corpus split."""
+    """The rows of a text checkpoint: perplexity per mode and length over the corpus split.
+    The plan settled the names and the lengths the scheme cannot represent; this reads the
+    split, scores each (mode, length) and hands the rows back for report/ to write."""
     eval_cfg = plan.eval_cfg
     log.info("evaluating on %s with precision %s", plan.device, plan.precision)
     if eval_cfg.get("documents"):
         return evaluate_documents(plan, cache, data_path)
     split, cap = scored_split(plan, cache, data_path)
-    offset = int(eval_cfg.position_offset)
-    unsupported = plan.unsupported_lengths(lambda n: offset + n - 1)
     if len(split.ids) < 2:
         raise ConfigError(f"the {eval_cfg.split} split has fewer than 2 tokens")
     rows: list[dict] = []
@@ -96,7 +96,7 @@ def evaluate_text(
             row = text_row(plan, mode, length, split=eval_cfg.split, max_tokens=cap)
             if plan.other_text:
                 row["other_text"] = plan.other_text
-            why = unsupported.get(length) or too_few_windows(len(split.ids), length)
+            why = plan.unsupported.get(length) or too_few_windows(len(split.ids), length)
             if why:
                 if mode == eval_cfg.modes[0]:
                     log.info("%s L=%d: skipped: %s", row["scheme"], length, why)
@@ -108,7 +108,7 @@ def evaluate_text(
             if measured:
                 add_context_use(plan, split, scored, int(short), short_nll)
             rows.append(scored)
-    return rows, f"{plan.row_name()[0]}: perplexity vs evaluation length"
+    return rows, f"{plan.scheme_name}: perplexity vs evaluation length"
 
 
 def add_context_use(
@@ -146,9 +146,8 @@ def add_context_use(
 
 def text_row(plan: EvalPlan, mode: str, length: int, **fields: Any) -> dict:
     """The fields every perplexity row has, before it is scored (`fields`: its own)."""
-    scheme, variant = plan.row_name()
     return {
-        "scheme": scheme,
+        "scheme": plan.scheme_name,
         "train_length": plan.train_length,
         "mode": mode,
         "split": fields.pop("split"),
@@ -158,7 +157,7 @@ def text_row(plan: EvalPlan, mode: str, length: int, **fields: Any) -> dict:
         "position_offset": int(plan.eval_cfg.position_offset),
         "status": "ok",
         "vocab_size": model_vocab_size(plan.models[plan.lengths[0]]),
-        "variant": variant,
+        "variant": plan.variant,
         "precision": plan.precision,
         **fields,
     }
@@ -170,21 +169,10 @@ def evaluate_documents(
     """The rows of a per-document evaluation (eval.documents; data/documents.py): at each
     length one window per document long enough, a "documents" mode row counting them; a length
     no document reaches is a skipped row."""
-    from poslab.data.documents import (
-        encoder_of_pretrained,
-        encoder_of_run,
-        load_documents,
-    )
-    from poslab.evaluation.perplexity import Window
+    from poslab.data.documents import load_documents
 
     eval_cfg = plan.eval_cfg
-    if plan.tokenizer is not None:  # a pretrained model reads with its own tokenizer
-        from poslab.hf.pretrained import start_token
-
-        encode, start = encoder_of_pretrained(plan.tokenizer), start_token(plan.tokenizer)
-    else:  # a poslab run with the tokenizer of its token cache
-        tokenizer = checked_cache(plan, cache, data_path).tokenizer()
-        encode, start = encoder_of_run(tokenizer), tokenizer.token_to_id(EOS)
+    encode, start = document_encoder(plan, cache, data_path)
     setting = str(eval_cfg.documents)
     docs = load_documents(
         setting,
@@ -195,8 +183,6 @@ def evaluate_documents(
         eval_cfg.get("min_document_tokens"),
     )
     print(docs.summary(plan.lengths), flush=True)
-    offset = int(eval_cfg.position_offset)
-    unsupported = plan.unsupported_lengths(lambda n: offset + n - 1)
     rows: list[dict] = []
     for length in plan.lengths:
         chosen = docs.chosen(length)
@@ -210,23 +196,45 @@ def evaluate_documents(
             max_documents=eval_cfg.get("max_documents"),
             min_document_tokens=eval_cfg.get("min_document_tokens"),
         )
-        if length in unsupported:  # none scored there
-            rows.append({**row, "status": f"skipped: {unsupported[length]}", "documents": 0})
+        if length in plan.unsupported:  # none scored there
+            rows.append({**row, "status": f"skipped: {plan.unsupported[length]}", "documents": 0})
         elif not chosen:
             status = f"{NO_DOCUMENT} has {length:,} tokens (the longest has {docs.longest:,})"
             log.info("documents L=%d: %s", length, status)
             rows.append({**row, "status": status})
         else:
-            split, starts = docs.prefixes(chosen, length)
-            row = score_row(plan, split, row, [Window(s, length, 0) for s in starts])
-            losses = [nll / length for nll in row.pop("nll_per_window")]
-            # yarn's number: the mean of the documents' perplexities (ppl is that of all tokens)
-            row["document_ppl_mean"] = sum(math.exp(min(x, 700.0)) for x in losses) / len(losses)
-            row["document_losses"] = [
-                [docs.names[i], loss] for i, loss in zip(chosen, losses, strict=True)
-            ]
-            rows.append(row)
-    return rows, f"{plan.row_name()[0]}: perplexity of documents vs evaluation length"
+            rows.append(score_documents(plan, docs, chosen, row))
+    return rows, f"{plan.scheme_name}: perplexity of documents vs evaluation length"
+
+
+def document_encoder(
+    plan: EvalPlan, cache: TokenCache | None, data_path: str | None
+) -> tuple[Any, int]:
+    """How the documents become ids, and the start token: a pretrained model reads them with
+    its own tokenizer, a poslab run with the tokenizer of its token cache."""
+    from poslab.data.documents import encoder_of_pretrained, encoder_of_run
+
+    if plan.tokenizer is not None:
+        from poslab.hf.pretrained import start_token
+
+        return encoder_of_pretrained(plan.tokenizer), start_token(plan.tokenizer)
+    tokenizer = checked_cache(plan, cache, data_path).tokenizer()
+    return encoder_of_run(tokenizer), tokenizer.token_to_id(EOS)
+
+
+def score_documents(plan: EvalPlan, docs: Any, chosen: list[int], row: dict) -> dict:
+    """`row` scored on one window per chosen document (each document's first L tokens), with
+    the documents' own losses and yarn's number, the mean of their perplexities (`ppl` is that
+    of all their tokens)."""
+    from poslab.evaluation.perplexity import Window
+
+    length = row["length"]
+    split, starts = docs.prefixes(chosen, length)
+    row = score_row(plan, split, row, [Window(s, length, 0) for s in starts])
+    losses = [nll / length for nll in row.pop("nll_per_window")]
+    row["document_ppl_mean"] = sum(math.exp(min(x, 700.0)) for x in losses) / len(losses)
+    row["document_losses"] = [[docs.names[i], loss] for i, loss in zip(chosen, losses, strict=True)]
+    return row
 
 
 def model_vocab_size(model: Any) -> int:

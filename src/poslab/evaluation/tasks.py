@@ -88,11 +88,8 @@ def evaluate_task_plan(
     unused = corpus_options_set(plan.eval_cfg)
     if unused:  # eval.py refused them; after training the run's eval block is shared with corpora
         log.info("not used by a task's evaluation: %s", ", ".join(unused))
-    task = plan.task
-    # a 1-D scheme reads the token index whatever axes the task gives
-    reads_axes = next(iter(plan.models.values())).pos.position_axes
-    unsupported = plan.unsupported_lengths(task.max_position if reads_axes else lambda n: n - 1)
-    scheme, variant = plan.row_name()
+    task, unsupported = plan.task, plan.unsupported  # settled by the plan
+    scheme, variant = plan.scheme_name, plan.variant
     base_row = {
         "scheme": scheme,
         "train_length": plan.train_length,
