@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -54,6 +55,11 @@ from poslab.arguments import OneLineParser, at_least, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
 from poslab.hf.tiny_hf import ARCHITECTURES, CONTEXT, FREQUENCY_KINDS, HOOK_LENGTH, NEUTRAL, TRICKS
 from poslab.model.precision import cpu_name
+
+if TYPE_CHECKING:  # annotations only: the functions import these where they use them
+    from tokenizers import Tokenizer
+
+    from poslab.model.gpt import GPT
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "outputs" / "pretrained_parity.md"
@@ -200,25 +206,8 @@ def frequencies_part(
 ) -> Table:
     from poslab.hf.pretrained import models_per_length, rotary_state
     from poslab.hf.tiny_hf import frequency_kind
-    from poslab.positions.rope_scaling import resolve_factor
 
-    header = ["model", "kind"]
-    for s in factors:
-        header += [f"{s}×: gap", f"{s}×: kind moves logits by"]
-    table = Table(
-        "b. Frequency kinds against Hugging Face's own `rope_parameters`",
-        "Logits over 2 windows of s × the context (s × 32 tokens): poslab's frequencies on the "
-        "loaded model, through eval.py's own `models_per_length` with its default "
-        "`eval.rope_scaling.factor=auto` (s; dynamic_ntk: 1, as it reads the length itself), "
-        "against the same saved weights loaded with HF's `rope_parameters` of that kind and "
-        "factor (pi: `linear`, dynamic_ntk: `dynamic`, yarn with "
-        "`eval.rope_scaling.ramp=reference`: `yarn`, llama3: `llama3`, longrope: `longrope` with "
-        "made-up per-pair factors 1, 1.5, 2, …); `gap`: the largest logit difference; `moves "
-        "logits by`: the largest difference to the unscaled model at the same length (the "
-        "effect the gap is to be read against). `ntk` (static NTK-aware) has no HF "
-        "`rope_type` to compare with.",
-        header,
-    )
+    table = _frequencies_table(factors)
     for arch, model in models.items():
         if not _rotary(model):  # GPT-2: eval.py's one line, as a user would see it
             options = frequency_kind(kinds[0], 2.0, 4)[0]
@@ -231,24 +220,9 @@ def frequencies_part(
             continue
         pairs = rotary_state(model, arch, None, CONTEXT).inv_freq[0].shape[-1]
         for kind in kinds:
-            row = [arch, kind]
-            for s in factors:
-                length = s * CONTEXT
-                # eval.py's default factor=auto: s, except dynamic_ntk's 1 (it reads the length)
-                factor = resolve_factor(kind, "auto", length, CONTEXT)
-                ours, theirs = frequency_kind(kind, factor, pairs)
-                ours["factor"] = "auto"
-                ids = random_ids(model.config.vocab_size, (2, length), 2)
-                scaled = models_per_length(model, arch, ours, [length], CONTEXT, CPU)[length]
-                plain = models_per_length(model, arch, None, [length], CONTEXT, CPU)[length]
-                native = native_model(folders[arch], theirs)
-                with torch.inference_mode():
-                    expected = native(input_ids=ids).logits
-                    got, unscaled = scaled(ids), plain(ids)
-                within = tally.check(f"{kind} {s}× {arch}", got, expected, LOGIT_TOL)
-                mark = "" if within == "yes" else f" ({within})"
-                row += [sci(gap(got, expected)) + mark, f"{gap(got, unscaled):.3g}"]
-            table.rows.append(row)
+            table.rows.append(
+                _frequency_row(model, arch, folders[arch], kind, factors, pairs, tally)
+            )
     table.notes.append(
         f"Tolerance (tests/hf/test_pretrained.py): {tol_text(LOGIT_TOL)} per logit; every gap "
         "above is within it unless marked **NO**."
@@ -262,6 +236,62 @@ def frequencies_part(
     return table
 
 
+def _frequencies_table(factors: list[int]) -> Table:
+    """Part b's empty table: its text, and two columns per factor."""
+    header = ["model", "kind"]
+    for s in factors:
+        header += [f"{s}×: gap", f"{s}×: kind moves logits by"]
+    return Table(
+        "b. Frequency kinds against Hugging Face's own `rope_parameters`",
+        "Logits over 2 windows of s × the context (s × 32 tokens): poslab's frequencies on the "
+        "loaded model, through eval.py's own `models_per_length` with its default "
+        "`eval.rope_scaling.factor=auto` (s; dynamic_ntk: 1, as it reads the length itself), "
+        "against the same saved weights loaded with HF's `rope_parameters` of that kind and "
+        "factor (pi: `linear`, dynamic_ntk: `dynamic`, yarn with "
+        "`eval.rope_scaling.ramp=reference`: `yarn`, llama3: `llama3`, longrope: `longrope` with "
+        "made-up per-pair factors 1, 1.5, 2, …); `gap`: the largest logit difference; `moves "
+        "logits by`: the largest difference to the unscaled model at the same length (the "
+        "effect the gap is to be read against). `ntk` (static NTK-aware) has no HF "
+        "`rope_type` to compare with.",
+        header,
+    )
+
+
+def _frequency_row(
+    model: nn.Module,
+    arch: str,
+    folder: Path,
+    kind: str,
+    factors: list[int],
+    pairs: int,
+    tally: Tally,
+) -> list[str]:
+    """One model's row of part b for one frequency kind: at each factor, the gap to HF's own
+    `rope_parameters` (checked against the tolerance) and how far the kind moves the logits."""
+    from poslab.hf.pretrained import models_per_length
+    from poslab.hf.tiny_hf import frequency_kind
+    from poslab.positions.rope_scaling import resolve_factor
+
+    row = [arch, kind]
+    for s in factors:
+        length = s * CONTEXT
+        # eval.py's default factor=auto: s, except dynamic_ntk's 1 (it reads the length)
+        factor = resolve_factor(kind, "auto", length, CONTEXT)
+        ours, theirs = frequency_kind(kind, factor, pairs)
+        ours["factor"] = "auto"
+        ids = random_ids(model.config.vocab_size, (2, length), 2)
+        scaled = models_per_length(model, arch, ours, [length], CONTEXT, CPU)[length]
+        plain = models_per_length(model, arch, None, [length], CONTEXT, CPU)[length]
+        native = native_model(folder, theirs)
+        with torch.inference_mode():
+            expected = native(input_ids=ids).logits
+            got, unscaled = scaled(ids), plain(ids)
+        within = tally.check(f"{kind} {s}× {arch}", got, expected, LOGIT_TOL)
+        mark = "" if within == "yes" else f" ({within})"
+        row += [sci(gap(got, expected)) + mark, f"{gap(got, unscaled):.3g}"]
+    return row
+
+
 def _rotary(model: nn.Module) -> bool:
     from poslab.hf.pretrained import rotary_modules
 
@@ -269,13 +299,39 @@ def _rotary(model: nn.Module) -> bool:
 
 
 def hook_parts(models: dict[str, nn.Module], hooks: list[str], tally: Tally) -> list[Table]:
-    from poslab.hf.pretrained import hooked_model, models_per_length, rotary_state
-    from poslab.hf.tiny_hf import recorded_attention, reference_attention
+    tricks = [t for t, needs in TRICK_KINDS.items() if needs <= set(hooks)]
+    neutral, formula = _hook_tables(hooks)
+    refused: list[str] = []
+    for arch, model in models.items():
+        if not _rotary(model):
+            refused.append(
+                f"`{arch}` (no rotary): one line, `{_hook_refusal(model, arch, hooks)}`."
+            )
+            continue
+        neutral.rows.append(_neutral_row(model, arch, hooks, tally))
+        formula.rows += _formula_rows(model, arch, tricks, tally)
+    neutral.notes.append(
+        f"Tolerance (tests/hf/test_pretrained_attention.py): {tol_text(LOGIT_TOL)} per logit; "
+        "every gap above is within it unless marked **NO**."
+    )
+    neutral.notes += refused
+    formula.notes.append(
+        f"Tolerances (tests/hf/test_pretrained_attention.py): {tol_text(REFERENCE_TOL)} per layer "
+        f"output against the reference, {tol_text(LOGIT_TOL)} per logit before p."
+    )
+    return [neutral, formula]
+
+
+def _hooked(model: nn.Module, arch: str, options: dict) -> nn.Module:
+    """The model with poslab's attention hook of `options` at the tiny models' context."""
+    from poslab.hf.pretrained import hooked_model
     from poslab.positions.rope_scaling import RopeScaling
 
-    def hooked(model: nn.Module, arch: str, options: dict) -> nn.Module:
-        return hooked_model(model, arch, RopeScaling(**options, train_length=CONTEXT))
+    return hooked_model(model, arch, RopeScaling(**options, train_length=CONTEXT))
 
+
+def _hook_tables(hooks: list[str]) -> tuple[Table, Table]:
+    """Parts c1 (neutral settings, a column per hook kind) and c2 (against the formula), empty."""
     neutral = Table(
         "c1. The attention hook with settings that change nothing",
         "Logits of the hooked model (the model's rotary module handing out the identity, "
@@ -285,7 +341,6 @@ def hook_parts(models: dict[str, nn.Module], hooks: list[str], tally: Tally) -> 
         f"tokens, log-n alone (both neutral up to the context: {CONTEXT} tokens).",
         ["model", *hooks],
     )
-    tricks = [t for t, needs in TRICK_KINDS.items() if needs <= set(hooks)]
     formula = Table(
         "c2. The attention hook against a float64 reference of each formula",
         f"Settings that change attention within {HOOK_LENGTH} tokens (window w = 8, "
@@ -305,77 +360,71 @@ def hook_parts(models: dict[str, nn.Module], hooks: list[str], tally: Tally) -> 
             "moves later logits by",
         ],
     )
-    refused: list[str] = []
-    for arch, model in models.items():
-        if not _rotary(model):
-            kind = next((k for k in hooks if k != "logn"), "none")  # logn alone: none + logn
-            options = {"kind": kind, "logn": kind == "none"}
-            line = refusal(
-                lambda m=model, a=arch, o=options: models_per_length(
-                    m, a, o, [CONTEXT], CONTEXT, CPU
-                )
-            )
-            refused.append(f"`{arch}` (no rotary): one line, `{line}`.")
-            continue
-        row = [arch]
-        for kind in hooks:
-            options, length = NEUTRAL[kind]
-            ids = random_ids(model.config.vocab_size, (2, length), 0)
-            with torch.inference_mode():
-                own = model(input_ids=ids).logits
-                got = hooked(model, arch, options)(ids)
-            within = tally.check(f"neutral {kind} {arch}", got, own, LOGIT_TOL)
-            row.append(sci(gap(got, own)) + ("" if within == "yes" else f" ({within})"))
-        neutral.rows.append(row)
-        theta = rotary_state(model, arch, None, CONTEXT).inv_freq[0]
-        ids = random_ids(model.config.vocab_size, (2, HOOK_LENGTH), 0)
-        for trick in tricks:
-            options, p = TRICKS[trick]  # p: the first position whose logits change
-            wrapper = hooked(model, arch, options)
-            records = recorded_attention(model, wrapper, ids)
-            with torch.no_grad():  # every layer's output, and the formula's from its input
-                ours = torch.cat([got.double().flatten() for _, _, got in records])
-                ref = torch.cat(
-                    [
-                        reference_attention(trick, layer, theta, x).flatten()
-                        for layer, x, _ in records
-                    ]
-                )
-            with torch.inference_mode():
-                own = model(input_ids=ids).logits
-                got = wrapper(ids)
-            formula.rows.append(
-                [
-                    trick,
-                    arch,
-                    sci(gap(ours, ref)),
-                    tally.check(f"reference {trick} {arch}", ours, ref, REFERENCE_TOL),
-                    f"{sci(gap(got[:, :p], own[:, :p]))} (p = {p})",
-                    tally.check(f"before p {trick} {arch}", got[:, :p], own[:, :p], LOGIT_TOL),
-                    f"{gap(got[:, p:], own[:, p:]):.3g}",
-                ]
-            )
-    neutral.notes.append(
-        f"Tolerance (tests/hf/test_pretrained_attention.py): {tol_text(LOGIT_TOL)} per logit; "
-        "every gap above is within it unless marked **NO**."
+    return neutral, formula
+
+
+def _hook_refusal(model: nn.Module, arch: str, hooks: list[str]) -> str:
+    """The one line eval.py prints for a hook on a model without rotary positions."""
+    from poslab.hf.pretrained import models_per_length
+
+    kind = next((k for k in hooks if k != "logn"), "none")  # logn alone: none + logn
+    options = {"kind": kind, "logn": kind == "none"}
+    return refusal(
+        lambda m=model, a=arch, o=options: models_per_length(m, a, o, [CONTEXT], CONTEXT, CPU)
     )
-    neutral.notes += refused
-    formula.notes.append(
-        f"Tolerances (tests/hf/test_pretrained_attention.py): {tol_text(REFERENCE_TOL)} per layer "
-        f"output against the reference, {tol_text(LOGIT_TOL)} per logit before p."
-    )
-    return [neutral, formula]
+
+
+def _neutral_row(model: nn.Module, arch: str, hooks: list[str], tally: Tally) -> list[str]:
+    """One model's row of part c1: each hook kind's neutral setting against the untouched model."""
+    row = [arch]
+    for kind in hooks:
+        options, length = NEUTRAL[kind]
+        ids = random_ids(model.config.vocab_size, (2, length), 0)
+        with torch.inference_mode():
+            own = model(input_ids=ids).logits
+            got = _hooked(model, arch, options)(ids)
+        within = tally.check(f"neutral {kind} {arch}", got, own, LOGIT_TOL)
+        row.append(sci(gap(got, own)) + ("" if within == "yes" else f" ({within})"))
+    return row
+
+
+def _formula_rows(model: nn.Module, arch: str, tricks: list[str], tally: Tally) -> list[list[str]]:
+    """One model's rows of part c2, a row per setting: every layer's attention output against
+    the float64 formula, the logits before the first changed position, and the change after."""
+    from poslab.hf.pretrained import rotary_state
+    from poslab.hf.tiny_hf import recorded_attention, reference_attention
+
+    rows = []
+    theta = rotary_state(model, arch, None, CONTEXT).inv_freq[0]
+    ids = random_ids(model.config.vocab_size, (2, HOOK_LENGTH), 0)
+    for trick in tricks:
+        options, p = TRICKS[trick]  # p: the first position whose logits change
+        wrapper = _hooked(model, arch, options)
+        records = recorded_attention(model, wrapper, ids)
+        with torch.no_grad():  # every layer's output, and the formula's from its input
+            ours = torch.cat([got.double().flatten() for _, _, got in records])
+            ref = torch.cat(
+                [reference_attention(trick, layer, theta, x).flatten() for layer, x, _ in records]
+            )
+        with torch.inference_mode():
+            own = model(input_ids=ids).logits
+            got = wrapper(ids)
+        rows.append(
+            [
+                trick,
+                arch,
+                sci(gap(ours, ref)),
+                tally.check(f"reference {trick} {arch}", ours, ref, REFERENCE_TOL),
+                f"{sci(gap(got[:, :p], own[:, :p]))} (p = {p})",
+                tally.check(f"before p {trick} {arch}", got[:, :p], own[:, :p], LOGIT_TOL),
+                f"{gap(got[:, p:], own[:, p:]):.3g}",
+            ]
+        )
+    return rows
 
 
 def export_part(tally: Tally, work: Path) -> Table:
     from tokenizers import Tokenizer, models
-
-    from poslab.hf.export import export_hf
-    from poslab.hf.pretrained import PretrainedLM, load_pretrained, rotary_state
-    from poslab.model.gpt import GPT, GPTConfig
-    from poslab.model.losses import linear_token_nll
-    from poslab.positions.learned import LearnedPositions
-    from poslab.positions.rope import Rotary
 
     table = Table(
         "d. A poslab model exported as a Hugging Face model",
@@ -396,45 +445,75 @@ def export_part(tally: Tally, work: Path) -> Table:
         ("rope, interleaved pairing", "rope", {"pairing": "interleaved", "fraction": 0.5}, False),
     ]
     for index, (label, scheme, options, bias) in enumerate(cases):
-        torch.manual_seed(index)
-        config = GPTConfig(vocab_size=vocab, n_layer=2, n_head=4, d_model=32, bias=bias)
-        pos_class = LearnedPositions if scheme == "learned" else Rotary
-        model = GPT(config, pos_class(32, 4, **options)).eval()
-        with torch.no_grad():  # away from the init, so a swapped or zeroed tensor would show
-            for param in model.parameters():
-                param.add_(0.1 * torch.randn_like(param))
-        folder = work / f"export{index}"
-        run_config = {"pos_name": scheme, "data": {"seq_len": length}}
-        export_hf(model, run_config, tokenizer, folder)
-        hf, _ = load_pretrained(str(folder), CPU, "32-true")
-        scored = PretrainedLM(hf, label, rotary_state(hf, label, None, length))
-        row = [label, type(hf).__name__, str(length)]
-        logit_gaps, loss_gap, all_ours, all_theirs = [], 0.0, [], []
-        for n in (length, 4 * length) if scheme == "rope" else (length,):
-            ids = random_ids(vocab, (2, n + 1), 0)
-            with torch.inference_mode():
-                ours = model(ids[:, :-1])
-                theirs = hf(input_ids=ids[:, :-1]).logits
-                own_loss = nn.functional.cross_entropy(
-                    ours.transpose(1, 2), ids[:, 1:], reduction="none"
-                )
-                hidden = scored.hidden_states(ids[:, :-1])
-                loss = linear_token_nll(hidden, hf.get_output_embeddings().weight, ids[:, 1:])
-            logit_gaps.append(sci(gap(ours, theirs)))
-            all_ours += [ours.flatten(), loss.flatten()]
-            all_theirs += [theirs.flatten(), own_loss.flatten()]
-            loss_gap = max(loss_gap, gap(loss, own_loss))
-        row += [logit_gaps[0], logit_gaps[1] if len(logit_gaps) > 1 else "— (a table of L rows)"]
-        row.append(
-            tally.check(f"export {label}", torch.cat(all_ours), torch.cat(all_theirs), EXPORT_TOL)
+        model = _random_poslab_model(index, scheme, options, bias, vocab)
+        table.rows.append(
+            _export_row(model, label, scheme, work / f"export{index}", tokenizer, length, tally)
         )
-        row.append(sci(loss_gap))
-        table.rows.append(row)
     table.notes.append(
         f"Tolerance: {tol_text(EXPORT_TOL)} per logit and per-token loss (scripts/export_hf.py "
         "keeps an export only within it; tests/hf/test_export.py)."
     )
     return table
+
+
+def _random_poslab_model(index: int, scheme: str, options: dict, bias: bool, vocab: int) -> GPT:
+    """Export case `index`'s poslab model (seeded by the index), its weights moved off the
+    init so that a swapped or zeroed tensor in the export would show."""
+    from poslab.model.gpt import GPT, GPTConfig
+    from poslab.positions.learned import LearnedPositions
+    from poslab.positions.rope import Rotary
+
+    torch.manual_seed(index)
+    config = GPTConfig(vocab_size=vocab, n_layer=2, n_head=4, d_model=32, bias=bias)
+    pos_class = LearnedPositions if scheme == "learned" else Rotary
+    model = GPT(config, pos_class(32, 4, **options)).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def _export_row(
+    model: GPT,
+    label: str,
+    scheme: str,
+    folder: Path,
+    tokenizer: Tokenizer,
+    length: int,
+    tally: Tally,
+) -> list[str]:
+    """Part d's row of one model: exported to `folder`, loaded back as eval.py loads it, and
+    its logits (at L, and 4 L for rope) and scorer loss compared with poslab's own."""
+    from poslab.hf.export import export_hf
+    from poslab.hf.pretrained import PretrainedLM, load_pretrained, rotary_state
+    from poslab.model.losses import linear_token_nll
+
+    vocab = model.config.vocab_size
+    export_hf(model, {"pos_name": scheme, "data": {"seq_len": length}}, tokenizer, folder)
+    hf, _ = load_pretrained(str(folder), CPU, "32-true")
+    scored = PretrainedLM(hf, label, rotary_state(hf, label, None, length))
+    row = [label, type(hf).__name__, str(length)]
+    logit_gaps, loss_gap, all_ours, all_theirs = [], 0.0, [], []
+    for n in (length, 4 * length) if scheme == "rope" else (length,):
+        ids = random_ids(vocab, (2, n + 1), 0)
+        with torch.inference_mode():
+            ours = model(ids[:, :-1])
+            theirs = hf(input_ids=ids[:, :-1]).logits
+            own_loss = nn.functional.cross_entropy(
+                ours.transpose(1, 2), ids[:, 1:], reduction="none"
+            )
+            hidden = scored.hidden_states(ids[:, :-1])
+            loss = linear_token_nll(hidden, hf.get_output_embeddings().weight, ids[:, 1:])
+        logit_gaps.append(sci(gap(ours, theirs)))
+        all_ours += [ours.flatten(), loss.flatten()]
+        all_theirs += [theirs.flatten(), own_loss.flatten()]
+        loss_gap = max(loss_gap, gap(loss, own_loss))
+    row += [logit_gaps[0], logit_gaps[1] if len(logit_gaps) > 1 else "— (a table of L rows)"]
+    row.append(
+        tally.check(f"export {label}", torch.cat(all_ours), torch.cat(all_theirs), EXPORT_TOL)
+    )
+    row.append(sci(loss_gap))
+    return row
 
 
 # -- the report -------------------------------------------------------------------------------

@@ -49,21 +49,10 @@ def peer_kwargs(scheme: str, config: dict[str, Any]) -> tuple[dict, dict, str] |
             rotary_xpos_scale_base=pos.get("scale_base", 512),
         )
     elif scheme == "t5":
-        buckets = pos.get("num_buckets", 32)
-        max_distance = pos.get("max_distance", 128)
-        if max_distance == "auto":
-            max_distance = auto_max_distance(pos.get("train_length"), buckets)
-        if buckets > max_distance:
-            return (
-                f"x-transformers requires num_buckets ≤ max_distance (here {buckets} > "
-                f"{max_distance}, `auto` at L={pos.get('train_length')})"
-            )
-        layers.update(
-            rel_pos_bias=True,
-            rel_pos_num_buckets=buckets,
-            rel_pos_max_distance=max_distance,
-            attn_flash=False,  # x-transformers refuses flash with rel_pos_bias
-        )
+        t5 = _t5_layers(pos)
+        if isinstance(t5, str):
+            return t5
+        layers.update(t5)
         note = "x-transformers' T5 bias cannot use SDPA (it asserts), so it runs its einsum path"
     elif scheme == "cope":
         layers.update(attn_use_cope=True, attn_cope_max_pos=pos.get("npos", 64), attn_flash=False)
@@ -75,6 +64,26 @@ def peer_kwargs(scheme: str, config: dict[str, Any]) -> tuple[dict, dict, str] |
     else:
         return f"x-transformers has no equivalent of `{scheme}`"
     return wrapper, layers, note
+
+
+def _t5_layers(pos: dict[str, Any]) -> dict[str, Any] | str:
+    """The Decoder kwargs of poslab's T5 bias `pos`, or why x-transformers has none. Apart
+    from peer_kwargs because only T5 resolves settings (`auto` max_distance) and can refuse."""
+    buckets = pos.get("num_buckets", 32)
+    max_distance = pos.get("max_distance", 128)
+    if max_distance == "auto":
+        max_distance = auto_max_distance(pos.get("train_length"), buckets)
+    if buckets > max_distance:
+        return (
+            f"x-transformers requires num_buckets ≤ max_distance (here {buckets} > "
+            f"{max_distance}, `auto` at L={pos.get('train_length')})"
+        )
+    return {
+        "rel_pos_bias": True,
+        "rel_pos_num_buckets": buckets,
+        "rel_pos_max_distance": max_distance,
+        "attn_flash": False,  # x-transformers refuses flash with rel_pos_bias
+    }
 
 
 def build_peer(

@@ -10,7 +10,7 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -43,6 +43,9 @@ from poslab.bench.timing import (
 )
 from poslab.model.build import build_model
 from poslab.model.precision import cpu_name
+
+if TYPE_CHECKING:
+    from poslab.data.tokens import TokenizedSplit
 
 
 @dataclass
@@ -149,82 +152,125 @@ def build_jobs(
     order they run in every round: for each scheme's main kernel ours, then its peer (so the two
     see the same moment of the machine), compiled ones, 16·L training, evaluation; then the
     scheme's other kernels (training at L; evaluation at 16× L with --kernel-eval)."""
-    L, long_len = options.seq_len, options.max_len
-    long_batch = max(1, options.batch_size * L // long_len)  # same tokens per step at 16·L
     split = synthetic_split(eval_split_tokens(options, setup.device), options.vocab)
-
-    def train_job(
-        module: nn.Module,
-        loss_fn: LossFn,
-        batch: int = options.batch_size,
-        length: int = L,
-        compiled: bool = False,
-        steps: int = options.steps,
-    ) -> TrainJob:
-        return TrainJob(setup, module, loss_fn, batch, length, options.vocab, steps, compiled)
-
     results: list[SchemeResult] = []
     jobs: list[TrainJob | EvalJob] = []
     for pair in pairs:
-        scheme = pair.scheme
-
-        def add(job: TrainJob | EvalJob, what: str, scheme: str = scheme, pair: Pairing = pair):
-            job.label = f"{scheme} ({pair.kernel}), {what}"
-            jobs.append(job)
-
-        config = scheme_config(options.model, scheme, L, long_len, pair.kernel)
-        torch.manual_seed(0)
-        model = build_model(config, options.vocab).to(setup.device)
-        train = train_job(model, model.loss)
-        r = SchemeResult(scheme, train_flops_per_token(model, L), train.stat, Stat(), {})
-        r.kernel, r.serving, r.main = pair.kernel, pair.serving, pair.main
-        r.train_job, r.train_tokens = train, train.tokens_per_step
-        # a forward pass is a third of a training step's FLOPs (6 -> 2 per weight and pair)
-        r.eval_flops = {f: train_flops_per_token(model, f * L) / 3 for f in EVAL_FACTORS}
-        r.params = sum(p.numel() for p in model.parameters())
-        add(train, f"training at L={L}")
-        if not pair.main:  # the kernel table: training at L (with --kernel-eval, eval at 16× L)
-            if options.kernel_eval:
-                job = EvalJob(setup, model, split, EVAL_FACTORS[-1] * L)
-                r.eval[EVAL_FACTORS[-1]] = job.stat
-                add(job, f"evaluation at {EVAL_FACTORS[-1] * L}")
-            results.append(r)
-            continue
-        peer_train = None
-        if options.peer:
-            peer, r.peer_note = build_peer(scheme, config, options.vocab, long_len)
-            if peer is not None:
-                peer = peer.to(setup.device)
-                peer_train = train_job(peer, peer_loss(peer))
-                r.peer = peer_train.stat
-                r.peer_params = sum(p.numel() for p in peer.parameters())
-                add(peer_train, "x-transformers training")
-        if options.compile:
-            # as trainer.compile=true does (poslab.run.lit): the network body compiled, the fused
-            # chunked loss eager; on a copy, so that the eager jobs keep an eager model
-            twin = copy.deepcopy(model)
-            twin.hidden_states = torch.compile(twin.hidden_states)
-            r.compiled_job = train_job(twin, twin.loss, compiled=True)
-            r.compiled = r.compiled_job.stat
-            add(r.compiled_job, "compiled training")
-            if peer_train is not None:
-                peer_twin = copy.deepcopy(peer_train.module)
-                compiled_loss = peer_loss(torch.compile(peer_twin))
-                r.peer_compiled_job = train_job(peer_twin, compiled_loss, compiled=True)
-                r.peer_compiled = r.peer_compiled_job.stat
-                add(r.peer_compiled_job, "x-transformers compiled training")
-        # one step per round: at 16·L a step of the slow schemes (DAPE, FIRE, CoPE) takes
-        # tens of seconds on a CPU, and eval/train 16× needs its rate, not many samples
-        long = train_job(model, model.loss, long_batch, long_len, steps=1)
-        r.train_long = long.stat
-        add(long, f"training at {long_len}")
-        for factor in EVAL_FACTORS:
-            job = EvalJob(setup, model, split, factor * L)
-            r.eval[factor] = job.stat
-            r.eval_job = r.eval_job or job
-            add(job, f"evaluation at {factor * L}")
+        r, pair_jobs = _pair_jobs(options, setup, pair, split)
         results.append(r)
+        jobs += pair_jobs
     return results, jobs
+
+
+def _train_job(
+    options: Options,
+    setup: Setup,
+    module: nn.Module,
+    loss_fn: LossFn,
+    batch: int | None = None,
+    length: int | None = None,
+    compiled: bool = False,
+    steps: int | None = None,
+) -> TrainJob:
+    """A training job at the options' batch size, L and steps unless told otherwise: one place
+    for the defaults that every job of a pair shares."""
+    return TrainJob(
+        setup,
+        module,
+        loss_fn,
+        options.batch_size if batch is None else batch,
+        options.seq_len if length is None else length,
+        options.vocab,
+        options.steps if steps is None else steps,
+        compiled,
+    )
+
+
+def _pair_jobs(
+    options: Options, setup: Setup, pair: Pairing, split: TokenizedSplit
+) -> tuple[SchemeResult, list[TrainJob | EvalJob]]:
+    """One scheme at one kernel: its result and its jobs in run order (build_jobs's)."""
+    L, long_len = options.seq_len, options.max_len
+    jobs: list[TrainJob | EvalJob] = []
+
+    def add(job: TrainJob | EvalJob, what: str) -> None:
+        job.label = f"{pair.scheme} ({pair.kernel}), {what}"
+        jobs.append(job)
+
+    config = scheme_config(options.model, pair.scheme, L, long_len, pair.kernel)
+    torch.manual_seed(0)
+    model = build_model(config, options.vocab).to(setup.device)
+    train = _train_job(options, setup, model, model.loss)
+    r = SchemeResult(pair.scheme, train_flops_per_token(model, L), train.stat, Stat(), {})
+    r.kernel, r.serving, r.main = pair.kernel, pair.serving, pair.main
+    r.train_job, r.train_tokens = train, train.tokens_per_step
+    # a forward pass is a third of a training step's FLOPs (6 -> 2 per weight and pair)
+    r.eval_flops = {f: train_flops_per_token(model, f * L) / 3 for f in EVAL_FACTORS}
+    r.params = sum(p.numel() for p in model.parameters())
+    add(train, f"training at L={L}")
+    if not pair.main:  # the kernel table: training at L (with --kernel-eval, eval at 16× L)
+        if options.kernel_eval:
+            job = EvalJob(setup, model, split, EVAL_FACTORS[-1] * L)
+            r.eval[EVAL_FACTORS[-1]] = job.stat
+            add(job, f"evaluation at {EVAL_FACTORS[-1] * L}")
+        return r, jobs
+    peer_train = _peer_job(options, setup, r, config) if options.peer else None
+    if peer_train is not None:
+        add(peer_train, "x-transformers training")
+    if options.compile:
+        for job, what in _compiled_jobs(options, setup, r, model, peer_train):
+            add(job, what)
+    # one step per round: at 16·L a step of the slow schemes (DAPE, FIRE, CoPE) takes
+    # tens of seconds on a CPU, and eval/train 16× needs its rate, not many samples
+    long_batch = max(1, options.batch_size * L // long_len)  # same tokens per step at 16·L
+    long = _train_job(options, setup, model, model.loss, long_batch, long_len, steps=1)
+    r.train_long = long.stat
+    add(long, f"training at {long_len}")
+    for factor in EVAL_FACTORS:
+        job = EvalJob(setup, model, split, factor * L)
+        r.eval[factor] = job.stat
+        r.eval_job = r.eval_job or job
+        add(job, f"evaluation at {factor * L}")
+    return r, jobs
+
+
+def _peer_job(
+    options: Options, setup: Setup, r: SchemeResult, config: dict[str, Any]
+) -> TrainJob | None:
+    """The x-transformers peer of r's scheme training at L (None where it has none: r's
+    peer_note says why); its timing and size land in r."""
+    peer, r.peer_note = build_peer(r.scheme, config, options.vocab, options.max_len)
+    if peer is None:
+        return None
+    peer = peer.to(setup.device)
+    peer_train = _train_job(options, setup, peer, peer_loss(peer))
+    r.peer = peer_train.stat
+    r.peer_params = sum(p.numel() for p in peer.parameters())
+    return peer_train
+
+
+def _compiled_jobs(
+    options: Options,
+    setup: Setup,
+    r: SchemeResult,
+    model: nn.Module,
+    peer_train: TrainJob | None,
+) -> list[tuple[TrainJob, str]]:
+    """The compiled twins of the model's (and the peer's) training job, with what each is.
+    As trainer.compile=true does (poslab.run.lit): the network body compiled, the fused
+    chunked loss eager; on a copy, so that the eager jobs keep an eager model."""
+    twin = copy.deepcopy(model)
+    twin.hidden_states = torch.compile(twin.hidden_states)
+    r.compiled_job = _train_job(options, setup, twin, twin.loss, compiled=True)
+    r.compiled = r.compiled_job.stat
+    jobs = [(r.compiled_job, "compiled training")]
+    if peer_train is not None:
+        peer_twin = copy.deepcopy(peer_train.module)
+        compiled_loss = peer_loss(torch.compile(peer_twin))
+        r.peer_compiled_job = _train_job(options, setup, peer_twin, compiled_loss, compiled=True)
+        r.peer_compiled = r.peer_compiled_job.stat
+        jobs.append((r.peer_compiled_job, "x-transformers compiled training"))
+    return jobs
 
 
 def scheme_blocks(pairs: list[Pairing]) -> list[list[Pairing]]:
@@ -259,7 +305,6 @@ def run_benchmark(
     pairs, untimed = plan(options)
     # nope's main kernel: the reference of every block runs on it, as the nope row does
     nope_kernel = next((p.kernel for p in pairs if p.scheme == REFERENCE and p.main), None)
-    paired = nope_kernel is not None
     server: MemoryServer | InProcessMeasure | None = None
     if options.memory:  # a server of fresh processes on a CPU (peak RSS), imports while we build
         server = InProcessMeasure() if setup.device.type == "cuda" else MemoryServer()
@@ -268,70 +313,82 @@ def run_benchmark(
     # the matmul peak before and after the timings it divides, at their dtype; the better of
     # the two (a busy moment can only lower a peak)
     peak, peak_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
-    nope_block: list[SchemeResult] = []
 
-    def report(partial: str = "") -> Report:
-        return Report(
-            options=options,
-            setup=setup,
-            machine=machine_info(setup),
-            peak_flops=peak,
-            peak_size=peak_size,
-            bf16_speedup=bf16,
-            results=[r for r in everything if r.main],
-            seconds=time.perf_counter() - started,
-            date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-            kernel_rows=[r for r in everything if not r.main],
-            untimed=untimed,
-            failed=failed,
-            partial=partial,
+    def report(partial: str = "") -> Report:  # at the peak as it stands: rebound at the end
+        return _report(
+            options, setup, untimed, everything, failed, started, (peak, peak_size), bf16, partial
         )
 
     bf16 = bf16_speedup(setup.device)
     blocks = scheme_blocks(pairs)
+    nope_block = _time_blocks(
+        options, setup, blocks, server, nope_kernel, everything, failed, say, on_block, report
+    )
+    after, after_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
+    if after > peak:
+        peak, peak_size = after, after_size
+    results = [r for r in everything if r.main]
+    profile_evaluation(results, say)
+    release(nope_block)
+    return report()
+
+
+def _report(
+    options: Options,
+    setup: Setup,
+    untimed: list[Untimed],
+    everything: list[SchemeResult],
+    failed: list[str],
+    started: float,
+    peak: tuple[float, int],
+    bf16: float,
+    partial: str = "",
+) -> Report:
+    """The report of what is timed so far (main rows and kernel rows apart), with the machine,
+    seconds and date of this moment: run_benchmark makes one after each block and at the end."""
+    return Report(
+        options=options,
+        setup=setup,
+        machine=machine_info(setup),
+        peak_flops=peak[0],
+        peak_size=peak[1],
+        bf16_speedup=bf16,
+        results=[r for r in everything if r.main],
+        seconds=time.perf_counter() - started,
+        date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        kernel_rows=[r for r in everything if not r.main],
+        untimed=untimed,
+        failed=failed,
+        partial=partial,
+    )
+
+
+def _time_blocks(
+    options: Options,
+    setup: Setup,
+    blocks: list[list[Pairing]],
+    server: MemoryServer | InProcessMeasure | None,
+    nope_kernel: str | None,
+    everything: list[SchemeResult],
+    failed: list[str],
+    say: Callable[[str], None],
+    on_block: Callable[[Report], None] | None,
+    report: Callable[[str], Report],
+) -> list[SchemeResult]:
+    """Every block timed in turn (_time_block), its results added to `everything` and its
+    warm-up failures to `failed`, its jobs freed, and the report so far handed to `on_block`
+    after each block but the last; the memory server closed at the end, however it ends.
+    Returns nope's main rows, whose models stay for the evaluation profile."""
+    nope_block: list[SchemeResult] = []
     try:
         for done, block in enumerate(blocks, 1):
-            scheme = block[0].scheme
-            block_results, jobs = build_jobs(options, setup, block)
-            if server is not None:
-                # before the block's timing, which the measuring processes would compete with
-                measure_peaks(server, [r for r in block_results if r.main], options, setup, say)
-            reference = None
-            if paired and scheme != REFERENCE:
-                reference = reference_job(options, setup, nope_kernel)
-                jobs.insert(0, reference)
-            say(f"{scheme}: warm-up of {len(jobs)} jobs ({options.warmup} steps each)")
-            jobs, block_failed = warm_up_all(jobs, options.warmup, say)
+            block_results, block_failed = _time_block(
+                options, setup, block, server, nope_kernel, say
+            )
             failed += block_failed
-            if reference is not None and reference not in jobs:
-                reference = None
-            for i in range(options.rounds):
-                round_start = time.perf_counter()
-                for job in jobs:
-                    job.run()
-                ours = [r for r in block_results if r.train.samples]
-                say(
-                    f"{scheme}: round {i + 1}/{options.rounds} "
-                    f"({time.perf_counter() - round_start:.0f} s), training tok/s: "
-                    + ", ".join(f"{r.kernel} {r.train.samples[-1]:,.0f}" for r in ours)
-                    + (f", {REFERENCE} {reference.stat.samples[-1]:,.0f}" if reference else "")
-                )
-            for r in block_results:
-                r.compile_s = r.compiled_job.first_step_s if r.compiled_job else None
-                r.peer_compile_s = r.peer_compiled_job.first_step_s if r.peer_compiled_job else None
-                if reference is not None:
-                    r.reference = reference.stat
-            if reference is not None:
-                profile_if_slow(block_results, reference, say)
             everything += block_results
-            del jobs, reference  # the results' own references go next: then nothing holds them
-            if scheme == REFERENCE:
-                # only the main row's training and evaluation stay (one model): its evaluation
-                # may be profiled at the end
-                nope_block = [r for r in block_results if r.main]
-                for r in nope_block:
-                    r.compiled_job = r.peer_compiled_job = None
-                release([r for r in block_results if not r.main])
+            if block[0].scheme == REFERENCE:
+                nope_block = _keep_nope(block_results)
             else:
                 release(block_results)
             if on_block is not None and done < len(blocks):
@@ -342,13 +399,75 @@ def run_benchmark(
     finally:
         if server is not None:
             server.close()
-    after, after_size = matmul_peak(setup.compute_dtype, setup.device, options.max_matmul)
-    if after > peak:
-        peak, peak_size = after, after_size
-    results = [r for r in everything if r.main]
-    profile_evaluation(results, say)
-    release(nope_block)
-    return report()
+    return nope_block
+
+
+def _time_block(
+    options: Options,
+    setup: Setup,
+    block: list[Pairing],
+    server: MemoryServer | InProcessMeasure | None,
+    nope_kernel: str | None,
+    say: Callable[[str], None],
+) -> tuple[list[SchemeResult], list[str]]:
+    """One scheme's block built, its peak memory measured, warmed up and timed round-robin
+    beside a fresh nope on `nope_kernel` (none in nope's own block, or without a nope row):
+    its results, and the jobs that failed in warm-up. The jobs go when this returns, so that
+    only the results' own references hold the models."""
+    scheme = block[0].scheme
+    block_results, jobs = build_jobs(options, setup, block)
+    if server is not None:
+        # before the block's timing, which the measuring processes would compete with
+        measure_peaks(server, [r for r in block_results if r.main], options, setup, say)
+    reference = None
+    if nope_kernel is not None and scheme != REFERENCE:
+        reference = reference_job(options, setup, nope_kernel)
+        jobs.insert(0, reference)
+    say(f"{scheme}: warm-up of {len(jobs)} jobs ({options.warmup} steps each)")
+    jobs, failed = warm_up_all(jobs, options.warmup, say)
+    if reference is not None and reference not in jobs:
+        reference = None
+    _time_rounds(options, scheme, jobs, block_results, reference, say)
+    for r in block_results:
+        r.compile_s = r.compiled_job.first_step_s if r.compiled_job else None
+        r.peer_compile_s = r.peer_compiled_job.first_step_s if r.peer_compiled_job else None
+        if reference is not None:
+            r.reference = reference.stat
+    if reference is not None:
+        profile_if_slow(block_results, reference, say)
+    return block_results, failed
+
+
+def _time_rounds(
+    options: Options,
+    scheme: str,
+    jobs: list[TrainJob | EvalJob],
+    results: list[SchemeResult],
+    reference: TrainJob | None,
+    say: Callable[[str], None],
+) -> None:
+    """`options.rounds` rounds of every job once, in order, each round's training tok/s said."""
+    for i in range(options.rounds):
+        round_start = time.perf_counter()
+        for job in jobs:
+            job.run()
+        ours = [r for r in results if r.train.samples]
+        say(
+            f"{scheme}: round {i + 1}/{options.rounds} "
+            f"({time.perf_counter() - round_start:.0f} s), training tok/s: "
+            + ", ".join(f"{r.kernel} {r.train.samples[-1]:,.0f}" for r in ours)
+            + (f", {REFERENCE} {reference.stat.samples[-1]:,.0f}" if reference else "")
+        )
+
+
+def _keep_nope(results: list[SchemeResult]) -> list[SchemeResult]:
+    """nope's block freed but for its main row's training and evaluation (one model): its
+    evaluation may be profiled at the end of the run. Returns the rows kept."""
+    kept = [r for r in results if r.main]
+    for r in kept:
+        r.compiled_job = r.peer_compiled_job = None
+    release([r for r in results if not r.main])
+    return kept
 
 
 def reference_job(options: Options, setup: Setup, kernel: str) -> TrainJob:

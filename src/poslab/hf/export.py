@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
-from poslab.model.gpt import GPT
+from poslab.model.gpt import GPT, Block
 
 EXPORTS = {"learned": "GPT-2", "rope": "GPT-NeoX"}
 EXACT_KERNELS = ("SDPA", "Blockwise", "Flex", "Auto")  # exact softmax attention
@@ -152,28 +152,36 @@ def to_gpt_neox(model: GPT, context: int) -> nn.Module:
         model.ln_f
     )
     for i, block in enumerate(model.blocks):
-        p = f"gpt_neox.layers.{i}."
-        state[p + "input_layernorm.weight"], state[p + "input_layernorm.bias"] = _norm(block.ln_1)
-        ln2 = _norm(block.ln_2)
-        state[p + "post_attention_layernorm.weight"], state[p + "post_attention_layernorm.bias"] = (
-            ln2
-        )
-        # NeoX's fused qkv is per head [q_h, k_h, v_h]; poslab's is [q; k; v], heads inside
-        weight = block.attn.qkv.weight.view(3, c.n_head, head_dim, c.d_model)
-        bias = _bias(block.attn.qkv).view(3, c.n_head, head_dim)
-        weight = torch.stack((weight[0][:, order], weight[1][:, order], weight[2]), dim=1)
-        bias = torch.stack((bias[0][:, order], bias[1][:, order], bias[2]), dim=1)
-        state[p + "attention.query_key_value.weight"] = weight.reshape(3 * c.d_model, c.d_model)
-        state[p + "attention.query_key_value.bias"] = bias.reshape(3 * c.d_model)
-        for ours, theirs in (
-            (block.attn.proj, "attention.dense"),
-            (block.mlp.up, "mlp.dense_h_to_4h"),
-            (block.mlp.down, "mlp.dense_4h_to_h"),
-        ):
-            state[p + theirs + ".weight"] = ours.weight
-            state[p + theirs + ".bias"] = _bias(ours)
+        state.update(_neox_layer(block, f"gpt_neox.layers.{i}.", c.n_head, c.d_model, order))
     _load(hf, state)
     return hf
+
+
+def _neox_layer(
+    block: Block, p: str, n_head: int, d_model: int, order: Tensor
+) -> dict[str, Tensor]:
+    """The GPT-NeoX tensors of one poslab block, named under prefix `p`; apart from
+    to_gpt_neox because the fused qkv needs its heads regrouped and its q, k dims reordered."""
+    head_dim = d_model // n_head
+    state: dict[str, Tensor] = {}
+    state[p + "input_layernorm.weight"], state[p + "input_layernorm.bias"] = _norm(block.ln_1)
+    ln2 = _norm(block.ln_2)
+    state[p + "post_attention_layernorm.weight"], state[p + "post_attention_layernorm.bias"] = ln2
+    # NeoX's fused qkv is per head [q_h, k_h, v_h]; poslab's is [q; k; v], heads inside
+    weight = block.attn.qkv.weight.view(3, n_head, head_dim, d_model)
+    bias = _bias(block.attn.qkv).view(3, n_head, head_dim)
+    weight = torch.stack((weight[0][:, order], weight[1][:, order], weight[2]), dim=1)
+    bias = torch.stack((bias[0][:, order], bias[1][:, order], bias[2]), dim=1)
+    state[p + "attention.query_key_value.weight"] = weight.reshape(3 * d_model, d_model)
+    state[p + "attention.query_key_value.bias"] = bias.reshape(3 * d_model)
+    for ours, theirs in (
+        (block.attn.proj, "attention.dense"),
+        (block.mlp.up, "mlp.dense_h_to_4h"),
+        (block.mlp.down, "mlp.dense_4h_to_h"),
+    ):
+        state[p + theirs + ".weight"] = ours.weight
+        state[p + theirs + ".bias"] = _bias(ours)
+    return state
 
 
 def _load(hf: nn.Module, state: dict[str, Tensor]) -> None:

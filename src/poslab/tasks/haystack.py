@@ -156,39 +156,12 @@ class Haystack(Task):
         needles, depths, question, answer = self.needles_and_question(rng, condition)
         values = numbers_in(np.asarray(answer), self.digit_set)
         avoid = frozenset(tuple(v.tolist()) for v in values)
-        first = self.sentence(rng, True, avoid=avoid)
-        last = self.sentence(rng, True, avoid=avoid)
-        middle_size = (
-            length
-            + 1
-            - sum(map(len, needles))
-            - len(question)
-            - len(answer)
-            - len(first)
-            - len(last)
-        )
-        # a second number sentence on either side where it fits, half the time: the key's
-        # index among the numbers is then not fixed at depth 0 or 1
-        for side in ("first", "last"):
-            extra = self.sentence(rng, True, avoid=avoid)
-            if rng.random() < 0.5 and len(extra) <= middle_size:
-                middle_size -= len(extra)
-                first, last = (extra + first, last) if side == "first" else (first, last + extra)
-        middle, starts = [], [0]
-        while len(middle) < middle_size:
-            sentence = self.sentence(rng, bool(rng.random() < 0.5), avoid=avoid)
-            if len(middle) + len(sentence) > middle_size:  # the last one is cut short: never
-                # a number, which would be shorter than the others
-                sentence = self.plain_sentences[int(rng.integers(len(self.plain_sentences)))]
-            middle += sentence
-            starts.append(len(middle))
-        middle = middle[:middle_size]
-        starts = sorted({s for s in starts if s < middle_size} | {middle_size})  # depth 1: the end
-        # each needle goes to the sentence start nearest its depth of the middle
-        places = []
-        for depth in depths:
-            depth = float(rng.random()) if depth is None else depth
-            places.append(min(starts, key=lambda s, d=depth: abs(s - d * middle_size)))
+        # the tokens left for the framing number sentences and the filler between them
+        room = length + 1 - sum(map(len, needles)) - len(question) - len(answer)
+        # the draws go frame, filler, then places: the order every seeded example depends on
+        first, last, middle_size = self._frame(rng, room, avoid)
+        middle, starts = self._filler(rng, middle_size, avoid)
+        places = self._places(rng, depths, starts, middle_size)
         haystack: list[int] = list(first)
         cut = 0
         for place, needle in sorted(zip(places, needles, strict=True), key=lambda p: p[0]):
@@ -200,6 +173,55 @@ class Haystack(Task):
         mask = np.zeros(full, dtype=bool)
         mask[length - len(answer) : length] = True
         return Example(tokens, mask, condition)
+
+    def _frame(
+        self, rng: np.random.Generator, room: int, avoid: frozenset
+    ) -> tuple[list[int], list[int], int]:
+        """The number sentences that open and close the haystack, and the filler size left of
+        `room`: apart from `example` so that each stage of its random draws reads alone."""
+        first = self.sentence(rng, True, avoid=avoid)
+        last = self.sentence(rng, True, avoid=avoid)
+        middle_size = room - len(first) - len(last)
+        # a second number sentence on either side where it fits, half the time: the key's
+        # index among the numbers is then not fixed at depth 0 or 1
+        for side in ("first", "last"):
+            extra = self.sentence(rng, True, avoid=avoid)
+            if rng.random() < 0.5 and len(extra) <= middle_size:
+                middle_size -= len(extra)
+                first, last = (extra + first, last) if side == "first" else (first, last + extra)
+        return first, last, middle_size
+
+    def _filler(
+        self, rng: np.random.Generator, middle_size: int, avoid: frozenset
+    ) -> tuple[list[int], list[int]]:
+        """`middle_size` tokens of filler sentences, and the sentence starts a needle may go
+        to (`middle_size` itself included: depth 1 is the end)."""
+        middle, starts = [], [0]
+        while len(middle) < middle_size:
+            sentence = self.sentence(rng, bool(rng.random() < 0.5), avoid=avoid)
+            if len(middle) + len(sentence) > middle_size:  # the last one is cut short: never
+                # a number, which would be shorter than the others
+                sentence = self.plain_sentences[int(rng.integers(len(self.plain_sentences)))]
+            middle += sentence
+            starts.append(len(middle))
+        middle = middle[:middle_size]
+        starts = sorted({s for s in starts if s < middle_size} | {middle_size})
+        return middle, starts
+
+    def _places(
+        self,
+        rng: np.random.Generator,
+        depths: list[float | None],
+        starts: list[int],
+        middle_size: int,
+    ) -> list[int]:
+        """Where each needle goes: the sentence start nearest its depth of the middle (a
+        depth of None is drawn here, one draw per needle in order)."""
+        places = []
+        for depth in depths:
+            depth = float(rng.random()) if depth is None else depth
+            places.append(min(starts, key=lambda s, d=depth: abs(s - d * middle_size)))
+        return places
 
     def answer_symbols(self) -> list[int]:
         return self.digit_ids.tolist()
