@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import compose_train
 
+from poslab.evaluation.tasks import learning_summary
 from poslab.report.seeds import merge_seeds
 from poslab.report.tables import learning_table, markdown
-from poslab.evaluation.tasks import learning_summary
 
 
 def rows_of(accuracies, train_length=64, scheme="rope", **extra):

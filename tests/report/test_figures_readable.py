@@ -22,6 +22,7 @@ from poslab.analysis.decay import decay_figure, decay_rows
 from poslab.analysis.sinusoidal import sinusoidal_figure
 from poslab.analysis.t5_buckets import t5_buckets_figure
 from poslab.analysis.wavelength import wavelength_figure, wavelength_rows
+from poslab.positions.rope_theta import theta_figure
 from poslab.report.figures import (
     accuracy_figure,
     heatmap_figure,
@@ -32,7 +33,6 @@ from poslab.report.figures import (
     style_for_index,
 )
 from poslab.report.files import longest_rows, report_figures
-from poslab.positions.rope_theta import theta_figure
 
 LENGTHS = (64, 128, 256, 512, 1024)
 TRAIN = 64

@@ -12,8 +12,8 @@ from conftest import compose_train, run_in_process
 from omegaconf import OmegaConf
 
 from poslab.errors import ConfigError
-from poslab.report.compare import compare
 from poslab.model.losses import IGNORE_INDEX
+from poslab.report.compare import compare
 from poslab.tasks import TRAIN, VALIDATION, TaskDataModule, TaskExamples, example_rng, score
 from poslab.tasks.assoc_recall import AssocRecall
 from poslab.tasks.copy import Copy

@@ -266,8 +266,9 @@ def check_before_training(
 
 def scheme_label(config: dict) -> str:
     """A trained model's name in tables: the scheme, a training-time variant of it (`rope
-    randomized N=2048`, `learned concatenated (16 of 64 dims)`), and an attention that is not
-    softmax or has a window (`rope, linear attention`, `nope, stick-breaking`)."""
+    randomized N=2048`, `learned concatenated (16 of 64 dims)`), a gate or sinks in the attention
+    (`rope, headwise gate`, `alibi, sinks`), and an attention that is not softmax or has a window
+    (`rope, linear attention`, `nope, stick-breaking`)."""
     scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
     randomized = config["pos"].get("randomize_max")
     label = f"{scheme} randomized N={randomized}" if randomized else scheme
@@ -277,6 +278,11 @@ def scheme_label(config: dict) -> str:
         d_model = config.get("model", {}).get("d_model")
         dims = config["pos"].get("position_dims") or (d_model // 4 if d_model else "d/4")
         label += f" concatenated ({dims} of {d_model or 'd'} dims)"
+    model = config.get("model") or {}
+    if model.get("gate"):  # a model option, not a scheme: part of the name all the same
+        label += f", {model['gate']} gate"
+    if model.get("sinks"):
+        label += ", sinks"
     attention = config.get("attention") or {}
     if attention.get("_target_"):
         from hydra.utils import get_class

@@ -46,6 +46,9 @@ def export_problem(model: GPT, config: dict[str, Any]) -> str | None:
         )
     if model.config.scale_embeddings:
         return "model.scale_embeddings=true: GPT-2 and GPT-NeoX do not scale token embeddings"
+    if model.config.gate or model.config.sinks:
+        which = f"model.gate={model.config.gate}" if model.config.gate else "model.sinks=true"
+        return f"{which}: GPT-2 and GPT-NeoX attention has no output gate and no sink logits"
     if isinstance(pos, LearnedPositions) and pos.joining.combine != "add":
         return "pos.combine=concat: GPT-2 adds its position table to the token embeddings"
     if isinstance(pos, Rotary):

@@ -17,6 +17,12 @@ A kernel says which needs of a positional scheme it serves (positions/base.py: "
 * ``blockwise`` (serves all three): the scores computed explicitly in fp32, in query blocks of
   `block_size`, bias added, scores changed by the scheme (CoPE), softmax: the reference kernel,
   and the only one for schemes that need the scores.
+* Attention sinks (``model.sinks=true``): a learned logit per layer and head joins every
+  query's softmax as one more key whose value is zero (gpt-oss), so a query may give part of
+  its attention to nothing. ``sdpa`` serves them as a zero key in front of the others, its
+  score the sink logit as one more column of the bias; ``blockwise`` as one more column of its
+  scores. FlexAttention's score_mod cannot add a key, and linear and stick-breaking attention
+  have no softmax: they refuse sinks when the model is built.
 * ``flex`` (serves nothing, bias): FlexAttention (torch ≥ 2.5) with the scheme's `score_bias` as
   `score_mod` and a causal block mask: the bias is computed inside the fused kernel and never
   stored. Compiled on CUDA (its purpose); on a CPU it runs eagerly, forward only (tests, eval).
@@ -134,11 +140,13 @@ def causal_attention(
     dropout_p: float = 0.0,
     block_size: int = 1024,
     bias: CausalBias | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """q, k, v: (B, H, T, D); positions: (T,) or (B, T). Returns (B, H, T, D). The bias comes
     prepared (`bias`, as the model passes it: it may also carry a decay and a window) or as a
-    function of positions (`bias_fn`)."""
-    if bias is None and bias_fn is not None:
+    function of positions (`bias_fn`). `sinks` (H,): each head's sink logit, a zero key with
+    a zero value in front of the keys (`with_sink`)."""
+    if bias is None and (bias_fn is not None or sinks is not None):
         bias = CausalBias(bias_fn, positions, q.shape[1], q.dtype, block_size, full_bias_bytes=0)
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
@@ -151,16 +159,31 @@ def causal_attention(
     for start in range(0, seq_len, bias.block_size):
         end = min(start + bias.block_size, seq_len)
         mask, first = bias.block(start, end)
+        keys, values = k[:, :, first:end], v[:, :, first:end]
+        if sinks is not None:
+            mask, keys, values = with_sink(mask, keys, values, sinks)
         outputs.append(
             F.scaled_dot_product_attention(
-                q[:, :, start:end],
-                k[:, :, first:end],
-                v[:, :, first:end],
-                attn_mask=mask,
-                dropout_p=dropout_p,
+                q[:, :, start:end], keys, values, attn_mask=mask, dropout_p=dropout_p
             )
         )
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+
+
+def with_sink(
+    mask: Tensor, keys: Tensor, values: Tensor, sinks: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A block's bias, keys and values with the sink in front: a zero key (its q·k is 0, so its
+    score is the bias column, the head's sink logit) with a zero value. Softmax then divides by
+    Σ_j e^{s_ij} + e^{sink}: gpt-oss's softmax over [scores, sink] with the sink's weight
+    dropped."""
+    batch, heads = max(mask.shape[0], keys.shape[0]), keys.shape[1]
+    mask = mask.expand(batch, heads, *mask.shape[-2:])
+    column = sinks.to(mask.dtype)[None, :, None, None].expand(batch, heads, mask.shape[-2], 1)
+    zero = keys.new_zeros(*keys.shape[:2], 1, keys.shape[-1])
+    keys = torch.cat([zero, keys], dim=2)
+    values = torch.cat([zero.to(values.dtype), values], dim=2)
+    return torch.cat([column, mask], dim=-1), keys, values
 
 
 def decay_attention(q: Tensor, k: Tensor, v: Tensor, decay: Tensor) -> Tensor:
@@ -326,6 +349,7 @@ class AttentionKernel:
     # True: the kernel applies the scheme's rotation itself (linear attention rotates features
     # after its feature map); the model then hands it q and k unrotated
     rotates_inside: bool = False
+    serves_sinks: bool = False  # model.sinks: a learned sink logit per head in the softmax
 
     def __init__(self, block_size: int = 1024, window: Any = None) -> None:
         require("attention.block_size", block_size, integer(1))
@@ -349,8 +373,17 @@ class AttentionKernel:
             return self.window[layer % len(self.window)]
         return self.window
 
-    def check(self, pos: Any, dropout: float) -> None:
+    def check_sinks(self, sinks: bool) -> None:
+        if sinks and not self.serves_sinks:
+            raise ConfigError(
+                f"model.sinks=true: attention={self.name} cannot add a sink key (FlexAttention's "
+                "score_mod adds no key; linear and stick-breaking attention have no softmax); "
+                "use attention=sdpa or attention=blockwise, or set model.sinks=false"
+            )
+
+    def check(self, pos: Any, dropout: float, sinks: bool = False) -> None:
         """An impossible pairing is a one-line error when the model is built."""
+        self.check_sinks(sinks)
         if pos.needs not in self.serves:
             able = [k.name for k in (Auto, SDPA, Blockwise, Flex) if pos.needs in k.serves]
             raise ConfigError(
@@ -384,9 +417,11 @@ class AttentionKernel:
         layer: int,
         dropout_p: float,
         decay: Tensor | None = None,
+        sinks: Tensor | None = None,
     ) -> Tensor:
         """One layer's attention. `decay` (B, H, T): a data-dependent score bias c_i − c_j of
-        this layer (FoX), None for every other scheme."""
+        this layer (FoX), None for every other scheme. `sinks` (H,): this layer's sink logits
+        (model.sinks), None without sinks."""
         raise NotImplementedError
 
 
@@ -403,6 +438,7 @@ def _shared(pos: Any, kernel: AttentionKernel) -> bool:
 class SDPA(AttentionKernel):
     name = "sdpa"
     serves = ("nothing", "decay", "bias")
+    serves_sinks = True
 
     def __init__(
         self, block_size: int = 1024, full_bias_mib: float = 256, window: Any = None
@@ -445,17 +481,23 @@ class SDPA(AttentionKernel):
         fp32 = compute_dtype(q.dtype, q.device.type) == torch.float32
         return dropout_p == 0 and (q.device.type == "cpu" or fp32)
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
-        if self._decay_as_key(q, pos, layer, dropout_p, decay):
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
+        if sinks is None and self._decay_as_key(q, pos, layer, dropout_p, decay):
             # a decay alone (FoX): the fused kernel with −c_j as a key dimension, no (T, T) bias
             return decay_attention(q, k, v, decay).to(compute_dtype(q.dtype, q.device.type))
         bias = state if _shared(pos, self) else self._bias(pos, prepared, q.dtype, layer, decay)
-        return causal_attention(q, k, v, prepared.fp32, dropout_p=dropout_p, bias=bias)
+        if bias is None and sinks is not None:  # the sink is a column of a bias: a causal one
+            dtype = compute_dtype(q.dtype, q.device.type)
+            bias = CausalBias(
+                None, prepared.fp32, pos.n_head, dtype, self.block_size, self.full_bias_bytes
+            )
+        return causal_attention(q, k, v, prepared.fp32, dropout_p=dropout_p, bias=bias, sinks=sinks)
 
 
 class Blockwise(AttentionKernel):
     name = "blockwise"
     serves = NEEDS
+    serves_sinks = True
 
     def scores(
         self,
@@ -509,20 +551,26 @@ class Blockwise(AttentionKernel):
         start: int,
         end: int,
         decay: Tensor | None = None,
+        sinks: Tensor | None = None,
     ) -> Tensor:
         """fp32 attention probabilities (B or 1, H, end − start, end) of queries start..end−1
         over keys 0..end−1, every scheme hook applied: the reference definition of attention
-        (also used by analysis tools that look at the weights)."""
+        (also used by analysis tools that look at the weights). With `sinks` (H,) the softmax
+        runs over the scores and each head's sink logit, and the sink's weight is dropped: a
+        row then sums to less than 1."""
         scores = self.scores(q, k, pos, prepared, layer, start, end, decay)
         with torch.autocast(device_type=q.device.type, enabled=False):
-            return torch.softmax(scores, dim=-1)
+            if sinks is None:
+                return torch.softmax(scores, dim=-1)
+            column = sinks.float()[:, None, None].expand(*scores.shape[:-1], 1)
+            return torch.softmax(torch.cat([column, scores], dim=-1), dim=-1)[..., 1:]
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
         seq_len = q.shape[-2]
         outputs = []
         for start in range(0, seq_len, self.block_size):
             end = min(start + self.block_size, seq_len)
-            weights = self.weights(q, k, pos, prepared, layer, start, end, decay)
+            weights = self.weights(q, k, pos, prepared, layer, start, end, decay, sinks)
             weights = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
             outputs.append(weights.to(v.dtype) @ v[:, :, :end])
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
@@ -544,6 +592,7 @@ class StickBreaking(Blockwise):
 
     name = "stick_breaking"
     serves = ("nothing", "decay", "bias")
+    serves_sinks = False  # no softmax: the stick's rest is already attention to nothing
     softmax = False
 
     def __init__(
@@ -558,8 +607,8 @@ class StickBreaking(Blockwise):
         window = super().row_label(options)
         return "stick-breaking" + (f", {window}" if window else "")
 
-    def check(self, pos: Any, dropout: float) -> None:
-        super().check(pos, dropout)
+    def check(self, pos: Any, dropout: float, sinks: bool = False) -> None:
+        super().check(pos, dropout, sinks)
         windows = self.window if isinstance(self.window, tuple) else (self.window,)
         if not self.attend_current and 1 in windows:
             raise ConfigError(
@@ -567,7 +616,7 @@ class StickBreaking(Blockwise):
                 "no key to attend to; widen the window or set attention.attend_current=true"
             )
 
-    def weights(self, q, k, pos, prepared, layer, start, end, decay=None):  # noqa: ANN001
+    def weights(self, q, k, pos, prepared, layer, start, end, decay=None, sinks=None):  # noqa: ANN001
         z = self.scores(q, k, pos, prepared, layer, start, end, decay)
         with torch.autocast(device_type=q.device.type, enabled=False):
             visible = torch.isfinite(z)
@@ -603,7 +652,7 @@ class Flex(AttentionKernel):
         # one mask for every layer, or the block masks that the layers of this forward share
         return self._mask(pos, prepared, 0) if _shared(pos, self) else {}
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
         if isinstance(state, FlexMask):  # shared by every layer
             return flex_causal_attention(q, k, v, state)
         cache = state if isinstance(state, dict) else None
@@ -619,6 +668,7 @@ class Auto(AttentionKernel):
 
     name = "auto"
     serves = NEEDS
+    serves_sinks = True  # sdpa and blockwise both do
 
     def __init__(
         self, block_size: int = 1024, full_bias_mib: float = 256, window: Any = None
@@ -628,7 +678,7 @@ class Auto(AttentionKernel):
         self.options = {"block_size": block_size, "full_bias_mib": full_bias_mib, "window": window}
         self.chosen: AttentionKernel | None = None
 
-    def check(self, pos: Any, dropout: float) -> None:
+    def check(self, pos: Any, dropout: float, sinks: bool = False) -> None:
         if pos.needs in SDPA.serves:
             self.chosen = SDPA(**self.options)
         else:
@@ -637,13 +687,13 @@ class Auto(AttentionKernel):
         if said not in _AUTO_SAID:  # once per process: a run builds its model more than once
             _AUTO_SAID.add(said)
             log.info("attention=auto -> %s for %s", *said)
-        self.chosen.check(pos, dropout)
+        self.chosen.check(pos, dropout, sinks)
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
         return self.chosen.begin(pos, prepared, dtype)
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
-        return self.chosen(q, k, v, pos, prepared, state, layer, dropout_p, decay)
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
+        return self.chosen(q, k, v, pos, prepared, state, layer, dropout_p, decay, sinks)
 
 
 def _flex_bias(pos: Any, prepared: Any, layer: int) -> ScoreBias | Tensor:

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -21,6 +22,8 @@ from poslab.errors import ConfigError
 from poslab.model.attention import SDPA, AttentionKernel
 from poslab.model.losses import linear_cross_entropy
 from poslab.positions.base import PositionalScheme, Prepared
+
+GATES = (None, "headwise", "elementwise")
 
 
 @dataclass
@@ -35,8 +38,21 @@ class GPTConfig:
     # multiply token embeddings by sqrt(d_model) (Vaswani et al.; fairseq, the ALiBi paper's
     # code): added position vectors of unit amplitude then meet token vectors of similar size
     scale_embeddings: bool = False
+    # gated attention (Qiu et al. 2025, arXiv 2505.06708, their G1): each head's output times
+    # σ(x W_g), x the layer's normalised input; one gate per head ("headwise") or per output
+    # dimension ("elementwise"); null: no gate
+    gate: str | None = None
+    # attention sinks (gpt-oss): a learned logit per layer and head in every query's softmax,
+    # as a key with a zero value; it starts at 0
+    sinks: bool = False
 
     def __post_init__(self) -> None:
+        if self.gate not in GATES:
+            raise ConfigError(
+                f"model.gate={self.gate!r}; choose null (no gate), headwise or elementwise"
+            )
+        if not isinstance(self.sinks, bool):
+            raise ConfigError(f"model.sinks={self.sinks!r}; choose true or false")
         if self.d_model % self.n_head:
             raise ConfigError(
                 f"model.d_model={self.d_model} is not divisible by model.n_head={self.n_head}"
@@ -53,6 +69,10 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
+        # None without a gate (and without sinks): the state dict of an ungated model is unchanged
+        width = {"headwise": config.n_head, "elementwise": config.d_model}.get(config.gate)
+        self.gate = nn.Linear(config.d_model, width, bias=config.bias) if width else None
+        self.sinks = nn.Parameter(torch.zeros(config.n_head)) if config.sinks else None
 
     def forward(
         self,
@@ -70,9 +90,11 @@ class CausalSelfAttention(nn.Module):
             q, k = pos.rotate(q, k, prepared, layer)
         dropout = self.dropout if self.training else 0.0
         decay = pos.data_decay(x, layer)  # a data-dependent bias (FoX), None for most schemes
-        y = kernel(q, k, v, pos, prepared, state, layer, dropout, decay)
-        y = y.transpose(1, 2).contiguous().view(batch, seq_len, d_model)
-        return self.resid_dropout(self.proj(y))
+        y = kernel(q, k, v, pos, prepared, state, layer, dropout, decay, self.sinks)
+        y = y.transpose(1, 2)  # (B, T, H, head_dim)
+        if self.gate is not None:  # (B, T, H, 1) headwise or (B, T, H, head_dim) elementwise
+            y = y * torch.sigmoid(self.gate(x)).view(batch, seq_len, self.n_head, -1)
+        return self.resid_dropout(self.proj(y.reshape(batch, seq_len, d_model)))
 
 
 class MLP(nn.Module):
@@ -115,7 +137,7 @@ class GPT(nn.Module):
         self.config = config
         self.pos = pos
         self.attention = attention or SDPA()
-        self.attention.check(pos, config.dropout)  # an impossible pairing fails here
+        self.attention.check(pos, config.dropout, config.sinks)  # an impossible pairing fails here
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))

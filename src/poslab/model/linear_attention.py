@@ -127,7 +127,8 @@ class Linear(AttentionKernel):
         similarity = options.get("similarity", "feature")
         return "linear attention" + (f" ({similarity})" if similarity != "feature" else "")
 
-    def check(self, pos: Any, dropout: float) -> None:
+    def check(self, pos: Any, dropout: float, sinks: bool = False) -> None:
+        self.check_sinks(sinks)
         if pos.needs != "nothing":
             raise ConfigError(
                 f"attention=linear cannot serve pos={type(pos).__name__}, which needs the "
@@ -160,6 +161,6 @@ class Linear(AttentionKernel):
         q_rot, k_rot = pos.rotate(q_phi, k_phi, prepared, layer)  # identity for most schemes
         return q_rot, k_rot, q_phi, k_phi
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None):  # noqa: ANN001
+    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
         q_num, k_num, q_den, k_den = self.features(q, k, pos, prepared, layer)
         return causal_linear_attention(q_num, k_num, q_den, k_den, v, self.chunk_size, self.eps)

@@ -107,6 +107,8 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "model.dropout": number(ge=0, lt=1),
     "model.bias": boolean(),
     "model.scale_embeddings": boolean(),
+    "model.gate": choice(None, "headwise", "elementwise"),
+    "model.sinks": boolean(),
     "data.word_level": boolean(),
     "trainer.max_steps": integer(1),
     "trainer.val_check_interval": integer(1),
