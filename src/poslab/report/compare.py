@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +121,12 @@ def settings_of(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in flat(config).items() if not k.startswith(NOT_SETTINGS)}
 
 
+# a run's options as run_options reads them (None: no config to compare), read once per run
+OptionsAt = Callable[[Path], dict[str, Any] | None]
+# (row label, task) -> each seed's (seed, rows) of that configuration
+Configurations = dict[tuple[str, Any], list[tuple[Any, list[dict]]]]
+
+
 def label_rows(
     results: list[Path], for_report: bool = False, joins: dict[str, str] | None = None
 ) -> list[dict]:
@@ -131,8 +139,6 @@ def label_rows(
     `for_report`: every row is checked for what the report reads too (read_result). `joins`
     ({ROW: INTO}, `--join`): the one-seed row ROW (read back from a committed table, whose
     settings cannot be compared) counts as one more seed of the configuration labelled INTO."""
-    runs: list[Path] = []
-    rows_of: list[list[dict]] = []
     options_of: dict[Path, dict[str, Any] | None] = {}  # each run's config, read once
 
     def options_at(run: Path) -> dict[str, Any] | None:
@@ -140,6 +146,26 @@ def label_rows(
             options_of[run] = run_options(run)
         return options_of[run]
 
+    runs, rows_of = _runs_and_rows(results, for_report)
+    labels, seeds = _twin_labels(runs, rows_of, options_at)
+    joins_left = dict(joins or {})  # _configurations takes out each join it makes
+    configurations, run_of, joined = _configurations(
+        runs, rows_of, labels, seeds, options_at, joins_left
+    )
+    _check_joins(joins_left, joined, configurations)
+    settings = differing_settings({name: (run, options_at(run)) for name, run in run_of.items()})
+    merged = _merged_rows(configurations)
+    for row in merged:
+        if settings.get(row["scheme"]):
+            row["settings"] = settings[row["scheme"]]
+    return merged
+
+
+def _runs_and_rows(results: list[Path], for_report: bool) -> tuple[list[Path], list[list[dict]]]:
+    """Each entry's run folder and rows: one per results file, or one per row of a table of
+    several schemes (a committed comparison.json), whose rows each stand on their own."""
+    runs: list[Path] = []
+    rows_of: list[list[dict]] = []
     for path in results:
         rows = read_result(path, for_report)
         schemes_in_file = list(dict.fromkeys((r["scheme"], r.get("task")) for r in rows))
@@ -152,10 +178,25 @@ def label_rows(
         else:
             runs.append(path.parent.parent)
             rows_of.append(rows)
+    return runs, rows_of
+
+
+def _folder_labels(runs: list[Path]) -> list[str]:
+    """Each entry's folder as a label: its name, or parent/name where two runs' folders share a
+    name (two sweeps' jobs), so that a label by folder always tells the runs apart."""
     folder_names = [r.name for r in dict.fromkeys(runs)]  # a table's rows share one folder
-    folders = [
+    return [
         r.name if folder_names.count(r.name) == 1 else f"{r.parent.name}/{r.name}" for r in runs
     ]
+
+
+def _twin_labels(
+    runs: list[Path], rows_of: list[list[dict]], options_at: OptionsAt
+) -> tuple[list[str | None], list[Any]]:
+    """Each entry's label (None: its scheme name is unique, no label needed) and its seed where
+    the label leaves the seed out (None otherwise): only entries that share a scheme name (and
+    task) need a label, so options are read only for those."""
+    folders = _folder_labels(runs)
     # runs of one scheme on different tasks are not twins: their rows never share a table
     schemes = [(rows[0]["scheme"], rows[0].get("task")) if rows else None for rows in rows_of]
     labels: list[str | None] = [None] * len(runs)
@@ -165,28 +206,71 @@ def label_rows(
         # a run without a config (an eval.py out_dir) is labelled by its folder; the others
         # are compared by their options
         options = [options_at(runs[i]) for i in twins]
-        keys = sorted({k for o in options if o is not None for k in o})
-        options = [
-            None if o is None else {k: o.get(k, ADDED_LATER.get(k)) for k in keys} for o in options
-        ]
-        differ = [k for k in keys if len({repr(o[k]) for o in options if o is not None}) > 1]
-        shown = [k for k in differ if k != "seed"]
-        for i, opts in zip(twins, options, strict=True):
-            if opts is None or not differ:
-                labels[i] = folders[i]
-                continue
-            labels[i] = ", ".join(f"{k}={opts[k]}" for k in shown)
-            seeds[i] = opts["seed"] if "seed" in differ else None
-        # one label for several runs is fine only when their seeds tell them apart
-        for label in {labels[i] for i in twins}:
-            group = [i for i in twins if labels[i] == label]
-            if len(group) > 1 and len({repr(seeds[i]) for i in group}) < len(group):
-                for i in twins:
-                    labels[i], seeds[i] = folders[i], None
-                break
-    configurations: dict[str, list[tuple[Any, list[dict]]]] = {}
+        _label_by_options(twins, options, folders, labels, seeds)
+        _disambiguate(twins, folders, labels, seeds)
+    return labels, seeds
+
+
+def _differing_keys(
+    options: list[dict[str, Any] | None],
+) -> tuple[list[dict[str, Any] | None], list[str]]:
+    """The twins' options over the keys any of them has (an option a run's config predates
+    filled with ADDED_LATER's value, so that it does not count as a difference), and the keys
+    whose values differ between them (`seed` included)."""
+    keys = sorted({k for o in options if o is not None for k in o})
+    filled = [
+        None if o is None else {k: o.get(k, ADDED_LATER.get(k)) for k in keys} for o in options
+    ]
+    differ = [k for k in keys if len({repr(o[k]) for o in filled if o is not None}) > 1]
+    return filled, differ
+
+
+def _label_by_options(
+    twins: list[int],
+    options: list[dict[str, Any] | None],
+    folders: list[str],
+    labels: list[str | None],
+    seeds: list[Any],
+) -> None:
+    """Label each twin (in `labels`, `seeds`) by the options in which the twins differ, besides
+    the seed (kept apart: runs that differ only in it are seeds of one configuration); by its
+    folder where it has no options or no option differs."""
+    options, differ = _differing_keys(options)
+    shown = [k for k in differ if k != "seed"]
+    for i, opts in zip(twins, options, strict=True):
+        if opts is None or not differ:
+            labels[i] = folders[i]
+            continue
+        labels[i] = ", ".join(f"{k}={opts[k]}" for k in shown)
+        seeds[i] = opts["seed"] if "seed" in differ else None
+
+
+def _disambiguate(
+    twins: list[int], folders: list[str], labels: list[str | None], seeds: list[Any]
+) -> None:
+    """Label every twin by its folder where two of them share a label and a seed: one label for
+    several runs is fine only when their seeds tell them apart (they are then merged)."""
+    for label in {labels[i] for i in twins}:
+        group = [i for i in twins if labels[i] == label]
+        if len(group) > 1 and len({repr(seeds[i]) for i in group}) < len(group):
+            for i in twins:
+                labels[i], seeds[i] = folders[i], None
+            break
+
+
+def _configurations(
+    runs: list[Path],
+    rows_of: list[list[dict]],
+    labels: list[str | None],
+    seeds: list[Any],
+    options_at: OptionsAt,
+    joins: dict[str, str],
+) -> tuple[Configurations, dict[str, Path], dict[str, list[Any]]]:
+    """The entries grouped by configuration (row name and task), each with its seed; the first
+    run of each row name (where its settings are read); and the seeds joined into each INTO.
+    Each join made is taken out of `joins`: what is left names no row."""
+    configurations: Configurations = {}
     run_of: dict[str, Path] = {}  # a configuration's first run: where its settings are read
-    joins = dict(joins or {})
     joined: dict[str, list[Any]] = {}  # INTO -> the seeds joined into it
     for i, (label, seed, rows) in enumerate(zip(labels, seeds, rows_of, strict=True)):
         if rows:
@@ -199,9 +283,17 @@ def label_rows(
                 joined.setdefault(name, []).append(seed)
             configurations.setdefault((name, rows[0].get("task")), []).append((seed, rows))
             run_of.setdefault(name, runs[i])
+    return configurations, run_of, joined
+
+
+def _check_joins(
+    joins_left: dict[str, str], joined: dict[str, list[Any]], configurations: Configurations
+) -> None:
+    """A ConfigError for a `--join` whose ROW or INTO is no row, or that repeats a seed of the
+    row it joins (the merge would count one seed twice)."""
     labels_seen = sorted({name for name, _ in configurations})
-    if joins:
-        row = next(iter(joins))
+    if joins_left:
+        row = next(iter(joins_left))
         raise ConfigError(
             f"--join {row!r}: no such row; join one of: " + ", ".join(map(repr, labels_seen))
         )
@@ -218,7 +310,11 @@ def label_rows(
                 f"--join into {into!r}: seeds {', '.join(seeds_in)} repeat; a joined row must "
                 "add a seed the row does not have"
             )
-    settings = differing_settings({name: (run, options_at(run)) for name, run in run_of.items()})
+
+
+def _merged_rows(configurations: Configurations) -> list[dict]:
+    """The rows of every configuration: several seeds merged into mean ± sd rows, a single
+    seed's rows as they are (with its per-seed values, so that differences can pair them)."""
     from poslab.report.seeds import merge_seeds, per_seed_values
 
     merged = []
@@ -233,9 +329,6 @@ def label_rows(
             # a results file of several schemes (a comparison.json read back) keeps their names
             scheme = name if name != rows[0]["scheme"] else r["scheme"]
             merged.append({**r, "scheme": scheme, **({"per_seed": per_seed} if per_seed else {})})
-    for row in merged:
-        if settings.get(row["scheme"]):
-            row["settings"] = settings[row["scheme"]]
     return merged
 
 
@@ -454,90 +547,153 @@ def not_learned(rows: list[dict], scheme: str, mode: str, factor: float) -> str 
     return None
 
 
+# the schemes whose shape the ALiBi paper describes, in the order of its checks
+SHAPE_SCHEMES = ("sinusoidal", "rope", "alibi", "t5")
+# one shape check's line as (text, mark, reason it does not apply)
+ShapeCheck = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the shape checks read of the rows in one mode at `factor`× the training length: each
+    scheme's ratio, why it says nothing about the shape (it did not learn; None if it did) and
+    the ratio's 95% interval. Read once, shared by every check."""
+
+    rows: list[dict]
+    mode: str
+    factor: float
+    ratios: dict[str, float | None]
+    why: dict[str, str | None]
+    interval: dict[str, Interval | None]
+
+    @property
+    def times(self) -> str:
+        return f"{self.factor:g}×"
+
+    def present(self, s: str) -> bool:
+        """Whether `s` was evaluated at 1× and `factor`× (a scheme that was not has no check)."""
+        return self.ratios[s] is not None or self.why[s] is not None
+
+    def shown(self, s: str) -> str:
+        """`s`'s ratio as a check's text shows it: with its interval and number of seeds."""
+        i = self.interval[s]
+        if i is None or i.low is None:
+            return f"{fmt(self.ratios[s])}, n = 1"
+        return f"{fmt(self.ratios[s])} [{fmt(i.low)}, {fmt(i.high)}], n = {i.n}"
+
+    def near(self, line: float, name: str) -> str:
+        """A note when the ratio's 95% interval holds the check's line: not settled."""
+        i = self.interval[name]
+        if i is None or i.low is None or not (i.low <= line <= i.high):
+            return ""
+        return f"; its 95% CI holds the line: {UNSETTLED}"
+
+
+def _shape_of(rows: list[dict], mode: str, factor: float) -> _Shape:
+    return _Shape(
+        rows,
+        mode,
+        factor,
+        ratios={s: ratio(rows, s, mode, factor) for s in SHAPE_SCHEMES},
+        why={s: not_learned(rows, s, mode, factor) for s in SHAPE_SCHEMES},
+        interval={s: ratio_interval(rows, s, mode, factor) for s in SHAPE_SCHEMES},
+    )
+
+
 def shape_checks(rows: list[dict], mode: str = "nonoverlapping", factor: float = 8.0) -> list[str]:
     """The ALiBi paper's shape at `factor`× the training length, one line per check: "- [x]"
     met, "- [ ]" not met, "- [?]" not settled (the measured value meets or misses the line, but
     its 95% interval holds the line, or an ordering rests on a difference that is not
     distinguishable: the seeds cannot tell), "- [n/a]" not applicable (a scheme it needs did
     not learn)."""
-
-    schemes = ("sinusoidal", "rope", "alibi", "t5")
-    r = {s: ratio(rows, s, mode, factor) for s in schemes}
-    why = {s: not_learned(rows, s, mode, factor) for s in schemes}
-    present = {s: r[s] is not None or why[s] is not None for s in schemes}
-    checks: list[tuple[str, str, str]] = []  # (text, mark, reason it does not apply)
-
-    def add(text: str, needs: tuple[str, ...], ok: Any, note: Any = lambda: "") -> None:
-        """`ok` (and `note`, a remark on the margin) is called only when every scheme in `needs`
-        learned."""
-        if not all(present[s] for s in needs):
-            return
-        reasons = [why[s] for s in needs if why[s]]
-        if reasons:
-            checks.append((text, "n/a", "; ".join(reasons)))
-            return
-        remark = note()
-        unsettled = UNSETTLED in remark or NOT_DISTINGUISHABLE in remark
-        checks.append((text + remark, "?" if unsettled else "x" if ok() else " ", ""))
-
-    f = f"{factor:g}×"
-    interval = {s: ratio_interval(rows, s, mode, factor) for s in schemes}
-
-    def shown(s: str) -> str:
-        i = interval[s]
-        if i is None or i.low is None:
-            return f"{fmt(r[s])}, n = 1"
-        return f"{fmt(r[s])} [{fmt(i.low)}, {fmt(i.high)}], n = {i.n}"
-
-    def near(line: float, name: str) -> str:
-        """A note when the ratio's 95% interval holds the check's line: not settled."""
-        i = interval[name]
-        if i is None or i.low is None or not (i.low <= line <= i.high):
-            return ""
-        return f"; its 95% CI holds the line: {UNSETTLED}"
-
-    def between_note() -> str:
-        """Whether t5's place between alibi and rope rests on distinguishable differences."""
-        notes = []
-        for low, high in (("alibi", "t5"), ("t5", "rope")):
-            rows_at = {s: row_at(rows, s, mode, factor) for s in (low, high)}
-            if None in rows_at.values():
-                continue
-            pair = [with_ratio(rows, x, factor) for x in rows_at.values()]
-            d = difference(pair[1], pair[0], "ratio")
-            if d is not None and d.distinguishable is False:
-                notes.append(f"{high} − {low} {difference_cell(d, 3)}")
-        return "; " + "; ".join(notes) if notes else ""
-
-    add(
-        f"sinusoidal ppl at {f} ≥ 3× its own at 1× (ratio {shown('sinusoidal')})",
-        ("sinusoidal",),
-        lambda: r["sinusoidal"] >= 3.0,
-        lambda: near(3.0, "sinusoidal"),
-    )
-    add(
-        f"rope ppl at {f} clearly (≥ 10%) above its own at 1× (ratio {shown('rope')})",
-        ("rope",),
-        lambda: r["rope"] >= 1.10,
-        lambda: near(1.10, "rope"),
-    )
-    add(
-        f"alibi ppl at {f} within 5% of, or below, its own at 1× (ratio {shown('alibi')})",
-        ("alibi",),
-        lambda: r["alibi"] <= 1.05,
-        lambda: near(1.05, "alibi"),
-    )
-    add(
-        f"t5 ratio at {f} between alibi and rope ({shown('alibi')} ≤ {shown('t5')} ≤ "
-        f"{shown('rope')})",
-        ("t5", "rope", "alibi"),
-        lambda: r["alibi"] <= r["t5"] <= r["rope"],
-        between_note,
-    )
+    shape = _shape_of(rows, mode, factor)
+    checks = [_sinusoidal_check(shape), _rope_check(shape), _alibi_check(shape), _t5_check(shape)]
     return [
         f"- [n/a] {text}: not applicable, {reason}" if mark == "n/a" else f"- [{mark}] {text}"
-        for text, mark, reason in checks
+        for text, mark, reason in (c for c in checks if c is not None)
     ]
+
+
+def _shape_check(
+    shape: _Shape,
+    text: str,
+    needs: tuple[str, ...],
+    ok: Callable[[], bool],
+    note: Callable[[], str],
+) -> ShapeCheck | None:
+    """One check's line; None where a scheme in `needs` was not evaluated. `ok` (and `note`, a
+    remark on the margin) are called only when every scheme in `needs` learned: only then do
+    the ratios they read exist. A note that says the seeds cannot tell makes it "not settled"."""
+    if not all(shape.present(s) for s in needs):
+        return None
+    reasons = [shape.why[s] for s in needs if shape.why[s]]
+    if reasons:
+        return (text, "n/a", "; ".join(reasons))
+    remark = note()
+    unsettled = UNSETTLED in remark or NOT_DISTINGUISHABLE in remark
+    return (text + remark, "?" if unsettled else "x" if ok() else " ", "")
+
+
+def _sinusoidal_check(shape: _Shape) -> ShapeCheck | None:
+    """Sinusoidal positions do not extrapolate: perplexity beyond L blows up."""
+    return _shape_check(
+        shape,
+        f"sinusoidal ppl at {shape.times} ≥ 3× its own at 1× (ratio {shape.shown('sinusoidal')})",
+        ("sinusoidal",),
+        lambda: shape.ratios["sinusoidal"] >= 3.0,
+        lambda: shape.near(3.0, "sinusoidal"),
+    )
+
+
+def _rope_check(shape: _Shape) -> ShapeCheck | None:
+    """Rotary positions degrade beyond L, less than sinusoidal ones."""
+    return _shape_check(
+        shape,
+        f"rope ppl at {shape.times} clearly (≥ 10%) above its own at 1× "
+        f"(ratio {shape.shown('rope')})",
+        ("rope",),
+        lambda: shape.ratios["rope"] >= 1.10,
+        lambda: shape.near(1.10, "rope"),
+    )
+
+
+def _alibi_check(shape: _Shape) -> ShapeCheck | None:
+    """ALiBi extrapolates: perplexity beyond L stays at (or below) its own at L."""
+    return _shape_check(
+        shape,
+        f"alibi ppl at {shape.times} within 5% of, or below, its own at 1× "
+        f"(ratio {shape.shown('alibi')})",
+        ("alibi",),
+        lambda: shape.ratios["alibi"] <= 1.05,
+        lambda: shape.near(1.05, "alibi"),
+    )
+
+
+def _t5_check(shape: _Shape) -> ShapeCheck | None:
+    """T5's relative bias extrapolates better than rope, worse than alibi."""
+    r = shape.ratios
+    return _shape_check(
+        shape,
+        f"t5 ratio at {shape.times} between alibi and rope ({shape.shown('alibi')} ≤ "
+        f"{shape.shown('t5')} ≤ {shape.shown('rope')})",
+        ("t5", "rope", "alibi"),
+        lambda: r["alibi"] <= r["t5"] <= r["rope"],
+        lambda: _between_note(shape),
+    )
+
+
+def _between_note(shape: _Shape) -> str:
+    """Whether t5's place between alibi and rope rests on distinguishable differences."""
+    notes = []
+    for low, high in (("alibi", "t5"), ("t5", "rope")):
+        rows_at = {s: row_at(shape.rows, s, shape.mode, shape.factor) for s in (low, high)}
+        if None in rows_at.values():
+            continue
+        pair = [with_ratio(shape.rows, x, shape.factor) for x in rows_at.values()]
+        d = difference(pair[1], pair[0], "ratio")
+        if d is not None and d.distinguishable is False:
+            notes.append(f"{high} − {low} {difference_cell(d, 3)}")
+    return "; " + "; ".join(notes) if notes else ""
 
 
 def signed(value: float, digits: int) -> str:
@@ -769,16 +925,34 @@ def compare(
     from poslab.report.files import longest_rows, write_reports
 
     # write_reports makes `out` (and removes it again if a write fails)
+    if title is None:
+        title = _default_title(rows)
+    text = _report_text(rows, title, baseline)
+    # loss by position: each scheme at its longest evaluated length, first mode only
+    write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows), baseline)
+    print(text, flush=True)
+    print(f"\nwrote comparison.{{md,csv,json}} and plots to {out}", flush=True)
+    return rows
+
+
+def _default_title(rows: list[dict]) -> str:
+    """The title of a table of these rows: a table of task runs is one of accuracy, named by its
+    task(s); one of language-model runs is one of perplexity."""
     tasks = {r.get("task") for r in rows}
-    if title is None:  # a table of task runs is one of accuracy, named by its task(s)
-        named = ", ".join(sorted(t for t in tasks if t is not None))
-        title = (
-            "perplexity vs evaluation length"
-            if tasks == {None}
-            else f"{named}: accuracy vs evaluation length"
-            if None not in tasks
-            else f"perplexity and {named} accuracy vs evaluation length"
-        )
+    named = ", ".join(sorted(t for t in tasks if t is not None))
+    return (
+        "perplexity vs evaluation length"
+        if tasks == {None}
+        else f"{named}: accuracy vs evaluation length"
+        if None not in tasks
+        else f"perplexity and {named} accuracy vs evaluation length"
+    )
+
+
+def _report_text(rows: list[dict], title: str, baseline: str | None) -> str:
+    """comparison.md's text: the table, the paper's shape per perplexity mode, the differences
+    to `baseline` (with one), each sliding mode against non-overlapping windows, and the legend
+    of what differs between the rows' runs."""
     text = markdown(rows, title, "scheme")
     task_modes = {r["mode"] for r in rows if r.get("task")}  # every task row names its task
     for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):
@@ -793,12 +967,7 @@ def compare(
     for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):
         if mode != "nonoverlapping":
             text += mode_differences(rows, mode)
-    text += settings_table(rows)
-    # loss by position: each scheme at its longest evaluated length, first mode only
-    write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows), baseline)
-    print(text, flush=True)
-    print(f"\nwrote comparison.{{md,csv,json}} and plots to {out}", flush=True)
-    return rows
+    return text + settings_table(rows)
 
 
 def split_joins(pairs: list[str]) -> dict[str, str]:

@@ -183,18 +183,33 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
     """Compose and check every job's config (as train.py would) into `job.config`; the first
     problem is one line naming the job. `launcher` (a hydra/launcher option) is composed too,
     so that its `hydra.launcher.*` overrides are checked."""
-    from hydra import compose, initialize_config_module
+    from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf, open_dict
-    from omegaconf.errors import OmegaConfBaseException
 
     from poslab.report.compare import settings_of
-    from poslab.run.cli import hydra_error_line
-    from poslab.run.validate import TRAIN_SCHEMA, check_run_config
 
     extra = [f"hydra/launcher={launcher}"] if launcher else []
+    _check_overrides(study, overrides)
+    # jobs that differ only in their seed share one composition and one check (Hydra's compose
+    # takes ~0.2 s, the check builds the model): the dry run of a study stays within seconds
+    composed: dict[tuple[str, ...], Any] = {}
+    GlobalHydra.instance().clear()
+    with initialize_config_module("poslab.conf", version_base="1.3"):
+        for job in study.jobs:
+            # the job's own overrides last, as in the job's command: they define it
+            given = [f"experiment={study.experiment}", *overrides, *job.overrides, *extra]
+            config, as_saved = _composed_job(job, given, composed)
+            config.pop("hydra", None)
+            as_saved.pop("hydra", None)
+            job.config = config
+            job.options = settings_of(as_saved)
+    GlobalHydra.instance().clear()
+    check_jobs(study)
+
+
+def _check_overrides(study: Study, overrides: list[str]) -> None:
+    """A ConfigError for the user's override of an option the jobs set (theirs would win
+    silently), or for any `experiment=` besides the study's own (the study names it)."""
     set_by_jobs = {_key(o) for job in study.jobs for o in job.overrides}
     clash = [o for o in overrides if _key(o) in set_by_jobs]
     if clash:
@@ -210,48 +225,46 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
                 f"{where} set experiment=, which the study sets ({study.experiment}); change "
                 f"`experiment:` in {study.source.name} instead"
             )
-    # jobs that differ only in their seed share one composition and one check (Hydra's compose
-    # takes ~0.2 s, the check builds the model): the dry run of a study stays within seconds
-    composed: dict[tuple[str, ...], Any] = {}
-    GlobalHydra.instance().clear()
-    with initialize_config_module("poslab.conf", version_base="1.3"):
-        for job in study.jobs:
-            seeds = [o.split("=", 1)[1] for o in job.overrides if o.startswith("seed=")]
-            key = tuple(o for o in job.overrides if not o.startswith("seed="))
-            try:
-                if key in composed and len(seeds) == 1 and re.fullmatch(r"-?\d+", seeds[0]):
-                    cfg = composed[key].copy()
-                    cfg.seed = int(seeds[0])
-                    check_schema(cfg, {"seed": TRAIN_SCHEMA["seed"]})
-                else:
-                    cfg = compose(
-                        "train",
-                        overrides=[
-                            f"experiment={study.experiment}",
-                            *overrides,
-                            *job.overrides,  # last, as in the job's command: they define it
-                            *extra,
-                        ],
-                        return_hydra_config=True,
-                    )
-                    with open_dict(cfg):
-                        cfg.hydra.runtime.output_dir = "."
-                        cfg.hydra.job.num = 0
-                    HydraConfig.instance().set_config(cfg)
-                    check_run_config(cfg)
-                    composed[key] = cfg
-                config = OmegaConf.to_container(cfg, resolve=True)
-                as_saved = OmegaConf.to_container(cfg, resolve=False)
-            except ConfigError as err:
-                raise ConfigError(f"job {job.name}: {err}") from None
-            except (HydraException, OmegaConfBaseException, ValueError) as err:
-                raise ConfigError(f"job {job.name}: {hydra_error_line(err)}") from None
-            config.pop("hydra", None)
-            as_saved.pop("hydra", None)
-            job.config = config
-            job.options = settings_of(as_saved)
-    GlobalHydra.instance().clear()
-    check_jobs(study)
+
+
+def _composed_job(
+    job: Job, given: list[str], composed: dict[tuple[str, ...], Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`job`'s config composed from the overrides `given` (inside an initialized Hydra) and
+    checked, resolved and as .hydra/config.yaml would save it; a problem is a ConfigError naming
+    the job. A job that differs from one in `composed` (its overrides but the seed -> its
+    config) only in its seed reuses that composition with the seed set and checked."""
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from poslab.run.cli import hydra_error_line
+    from poslab.run.validate import TRAIN_SCHEMA, check_run_config
+
+    seeds = [o.split("=", 1)[1] for o in job.overrides if o.startswith("seed=")]
+    key = tuple(o for o in job.overrides if not o.startswith("seed="))
+    try:
+        if key in composed and len(seeds) == 1 and re.fullmatch(r"-?\d+", seeds[0]):
+            cfg = composed[key].copy()
+            cfg.seed = int(seeds[0])
+            check_schema(cfg, {"seed": TRAIN_SCHEMA["seed"]})
+        else:
+            cfg = compose("train", overrides=given, return_hydra_config=True)
+            with open_dict(cfg):
+                cfg.hydra.runtime.output_dir = "."
+                cfg.hydra.job.num = 0
+            HydraConfig.instance().set_config(cfg)
+            check_run_config(cfg)
+            composed[key] = cfg
+        config = OmegaConf.to_container(cfg, resolve=True)
+        as_saved = OmegaConf.to_container(cfg, resolve=False)
+    except ConfigError as err:
+        raise ConfigError(f"job {job.name}: {err}") from None
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        raise ConfigError(f"job {job.name}: {hydra_error_line(err)}") from None
+    return config, as_saved
 
 
 def _key(override: str) -> str:

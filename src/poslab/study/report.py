@@ -12,7 +12,7 @@ from typing import Any
 from poslab.errors import ConfigError
 from poslab.study.cost import job_cost
 from poslab.study.folders import checkpoint_step, job_status
-from poslab.study.plan import Plan
+from poslab.study.plan import Plan, PlannedJob
 
 RESULT = Path("extrapolation") / "extrapolation.json"
 
@@ -47,28 +47,12 @@ def write_report(
         run = out / "runs" / name
         status = job_status(out, name)
         entry = state["jobs"].get(name, {})
-        if status.get("status") == "completed" and (run / RESULT).is_file():
+        why = _why_missing(run, status, entry)
+        if why is None:
             finished.append(run)
-        elif status.get("status") == "completed":
-            missing.append((name, f"completed, but {run / RESULT} is missing"))
         else:
-            step = checkpoint_step(run)
-            why = entry.get("why") or ("not started" if not status else status.get("status"))
-            where = f", last checkpoint at step {step}" if step else ""
-            missing.append((name, f"{why}{where}"))
-        rate = status.get("train_tokens_per_s_median")
-        mfu = (
-            rate * flops_per_token(planned, run, study.plan) / plan.rate
-            if rate and state.get("launcher") == "local"
-            else None
-        )
-        loss = status.get("best_val_loss")
-        rows.append(
-            f"| {name} | {entry.get('state', 'pending')} | {status.get('step', '—')} | "
-            f"{entry.get('wall_s', 0) / 60:.1f} | {f'{rate:,.0f}' if rate else '—'} | "
-            f"{f'{mfu:.1%}' if mfu is not None else '—'} | "
-            f"{f'{loss:.4f}' if isinstance(loss, float) else '—'} |"
-        )
+            missing.append((name, why))
+        rows.append(_job_row(plan, planned, run, status, entry, state.get("launcher")))
     text = ""
     comparison = out / "comparison"
     if finished:
@@ -77,9 +61,64 @@ def write_report(
             section = missing_section(missing, len(plan.jobs), resume)
             with open(comparison / "comparison.md", "a") as f:
                 f.write(section + "\n")
+    page = _study_page(plan, state, minutes, resume, rows)
+    if missing:
+        page.append(missing_section(missing, len(plan.jobs), resume))
+    if finished:
+        page.append("\nThe merged table: [comparison/comparison.md](comparison/comparison.md)")
+    (out / "study.md").write_text("\n".join(page) + "\n")
+    if missing:
+        print(missing_section(missing, len(plan.jobs), resume).strip(), flush=True)
+    print(f"wrote {out}/study.md" + (f" and {comparison}/" if text else ""), flush=True)
+    return [name for name, _ in missing]
+
+
+def _why_missing(run: Path, status: dict[str, Any], entry: dict[str, Any]) -> str | None:
+    """Why the job in `run` has no result to merge (with its last checkpoint, where resuming
+    starts), or None where it has one. `status`: its status.json; `entry`: its state."""
+    if status.get("status") == "completed" and (run / RESULT).is_file():
+        return None
+    if status.get("status") == "completed":
+        return f"completed, but {run / RESULT} is missing"
+    step = checkpoint_step(run)
+    why = entry.get("why") or ("not started" if not status else status.get("status"))
+    where = f", last checkpoint at step {step}" if step else ""
+    return f"{why}{where}"
+
+
+def _job_row(
+    plan: Plan,
+    planned: PlannedJob,
+    run: Path,
+    status: dict[str, Any],
+    entry: dict[str, Any],
+    launcher: str | None,
+) -> str:
+    """The job's line of study.md's table. MFU only for jobs the local launcher ran: the matmul
+    rate it divides by was measured on this machine."""
+    rate = status.get("train_tokens_per_s_median")
+    mfu = (
+        rate * flops_per_token(planned, run, plan.study.plan) / plan.rate
+        if rate and launcher == "local"
+        else None
+    )
+    loss = status.get("best_val_loss")
+    return (
+        f"| {planned.job.name} | {entry.get('state', 'pending')} | {status.get('step', '—')} | "
+        f"{entry.get('wall_s', 0) / 60:.1f} | {f'{rate:,.0f}' if rate else '—'} | "
+        f"{f'{mfu:.1%}' if mfu is not None else '—'} | "
+        f"{f'{loss:.4f}' if isinstance(loss, float) else '—'} |"
+    )
+
+
+def _study_page(
+    plan: Plan, state: dict[str, Any], minutes: float, resume: str, rows: list[str]
+) -> list[str]:
+    """study.md's lines up to the end of its table of jobs (`rows`): the command, when and
+    where it ran, and what the table's figures mean."""
     devices = ", ".join(d.label for d in plan.devices)
-    page = [
-        f"# study {study.name}\n",
+    return [
+        f"# study {plan.study.name}\n",
         f"- command: `{resume}`",
         f"- written: {time.strftime('%Y-%m-%d %H:%M:%S')}; this invocation ran {minutes:.1f} min",
         f"- devices: {devices} ({state.get('launcher')}); {plan.slots} job(s) at a time per "
@@ -92,15 +131,6 @@ def write_report(
         "|---|---|---:|---:|---:|---:|---:|",
         *rows,
     ]
-    if missing:
-        page.append(missing_section(missing, len(plan.jobs), resume))
-    if finished:
-        page.append("\nThe merged table: [comparison/comparison.md](comparison/comparison.md)")
-    (out / "study.md").write_text("\n".join(page) + "\n")
-    if missing:
-        print(missing_section(missing, len(plan.jobs), resume).strip(), flush=True)
-    print(f"wrote {out}/study.md" + (f" and {comparison}/" if text else ""), flush=True)
-    return [name for name, _ in missing]
 
 
 def row_names(runs: list[Path]) -> dict[str, str]:
