@@ -60,3 +60,20 @@ def test_the_report_floor_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_no_function_is_over_60_lines():
+    """The house rule (docs/structure.md): a function fits on a screen. Counted from `def` to
+    its last line, decorators aside, over the package, the scripts and the two shims."""
+    import ast
+
+    files = [*sorted((REPO / "src").rglob("*.py")), *sorted((REPO / "scripts").rglob("*.py"))]
+    files += [REPO / "train.py", REPO / "eval.py"]
+    long = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} {lines}")
+    assert long == []

@@ -10,7 +10,7 @@ behaviour beyond L rests on one rarely-trained number per head.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ import torch
 from poslab.analysis.checkpoints import checkpoint_path
 from poslab.errors import ConfigError
 from poslab.positions.t5 import t5_bucket
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with this module
+    from matplotlib.axes import Axes
 
 
 def bucket_of_distances(length: int, num_buckets: int, max_distance: int) -> np.ndarray:
@@ -78,30 +81,17 @@ def plot_t5_buckets(rows: list[dict], factor: float, out: Path, name: str = "t5_
     save(t5_buckets_figure(rows, factor), rows, out, name)
 
 
-def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
-    """Left: the learned bias (mean over heads; thin: each head) against the distance, a step
-    per bucket up to factor × L, one style per run (poslab.plotting: unique for any number of
-    runs). Right: the share of query–key pairs per bucket at L and at factor × L, per
-    max_distance (colour = max_distance, marker and dash = L or factor × L). `factor`: by
-    default the one of the rows' `share_at_<factor>L` column (a re-plot from t5_buckets.csv)."""
-    import matplotlib.ticker
+def _factor_of(rows: list[dict]) -> float:
+    """The factor of the rows' `share_at_<factor>L` column (a re-plot from t5_buckets.csv)."""
+    key = next(k for k in rows[0] if k.startswith("share_at_") and k != "share_at_L")
+    return float(key[len("share_at_") : -1])
 
-    from poslab.plotting import (
-        COLOURS,
-        MARKERS,
-        NiceLogLocator,
-        dash,
-        finish_figure,
-        new_figure,
-        plain_number,
-        styles_for,
-    )
 
-    if factor is None:
-        key = next(k for k in rows[0] if k.startswith("share_at_") and k != "share_at_L")
-        factor = float(key[len("share_at_") : -1])
-    fig = new_figure(12.5, 4.8)
-    left, right = fig.subplots(1, 2)
+def _draw_bias_steps(ax: Axes, rows: list[dict]) -> list[Any]:
+    """Each run's learned bias against the distance (bold: the mean over heads; thin: each head),
+    in a style of its own; returns the legend's handles."""
+    from poslab.plotting import styles_for
+
     runs = list(dict.fromkeys(r["run"] for r in rows))
     labels = {}
     for run in runs:
@@ -118,16 +108,26 @@ def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
         style = styles[labels[run]]
         for h in heads:
             ys = [r[h] for r in mine]
-            left.plot(xs, [*ys, ys[-1]], color=style["color"], lw=0.5, alpha=0.35, ds="steps-post")
+            ax.plot(xs, [*ys, ys[-1]], color=style["color"], lw=0.5, alpha=0.35, ds="steps-post")
         means = [r["bias_mean"] for r in mine]
-        (line,) = left.plot(
+        (line,) = ax.plot(
             xs, [*means, means[-1]], ms=3, label=labels[run], ds="steps-post", **style
         )
         handles.append(line)
+    return handles
+
+
+def _draw_bucket_shares(ax: Axes, rows: list[dict], factor: float) -> list[Any]:
+    """The share of query–key pairs per bucket at L and at factor × L, once per max_distance (the
+    shares depend only on the bucketing, not on the run): colour = max_distance, marker and dash
+    = L or factor × L; returns the legend's handles."""
+    from poslab.plotting import COLOURS, MARKERS, dash
+
     key = f"share_at_{factor:g}L"
     shown: dict[int, list[dict]] = {}
-    for r in rows:  # the shares depend only on the bucketing, not on the run
+    for r in rows:
         shown.setdefault(r["max_distance"], []).append(r)
+    handles = []
     for j, (max_distance, mine) in enumerate(sorted(shown.items())):
         first_run = mine[0]["run"]
         mine = [r for r in mine if r["run"] == first_run and r["first_distance"] is not None]
@@ -136,7 +136,7 @@ def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
             (("share_at_L", f"L={mine[0]['train_length']}"), (key, f"{factor:g}×L"))
         ):
             k = 2 * (j // 10) + which  # (marker, dash) unique per colour
-            (line,) = right.plot(
+            (line,) = ax.plot(
                 xs,
                 [r[value] for r in mine],
                 color=COLOURS[j % 10],
@@ -146,6 +146,16 @@ def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
                 label=f"share of pairs, max_distance={max_distance}: at {where}",
             )
             handles.append(line)
+    return handles
+
+
+def _label_bucket_axes(left: Axes, right: Axes, rows: list[dict], factor: float) -> None:
+    """Both panels' distance axes (log2, plain numbers, a dotted line at the training length),
+    their labels and titles, and the shares' log axis with ticks inside the data."""
+    import matplotlib.ticker
+
+    from poslab.plotting import NiceLogLocator, plain_number
+
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: plain_number(v)))
@@ -161,11 +171,28 @@ def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
     )
     right.set_ylabel("share of causal query–key pairs")
     right.set_yscale("log")
+    key = f"share_at_{factor:g}L"
     shares = [r[v] for r in rows for v in ("share_at_L", key) if r[v]]
     right.yaxis.set_major_locator(NiceLogLocator(shares))
     right.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: plain_number(v)))
     right.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     right.set_title("where a window's pairs fall")
+
+
+def t5_buckets_figure(rows: list[dict], factor: float | None = None) -> Any:
+    """Left: the learned bias (mean over heads; thin: each head) against the distance, a step
+    per bucket up to factor × L, one style per run (poslab.plotting: unique for any number of
+    runs). Right: the share of query–key pairs per bucket at L and at factor × L, per
+    max_distance (colour = max_distance, marker and dash = L or factor × L). `factor`: by
+    default the one of the rows' `share_at_<factor>L` column (a re-plot from t5_buckets.csv)."""
+    from poslab.plotting import finish_figure, new_figure
+
+    if factor is None:
+        factor = _factor_of(rows)
+    fig = new_figure(12.5, 4.8)
+    left, right = fig.subplots(1, 2)
+    handles = _draw_bias_steps(left, rows) + _draw_bucket_shares(right, rows, factor)
+    _label_bucket_axes(left, right, rows, factor)
     return finish_figure(fig, handles, [h.get_label() for h in handles])
 
 

@@ -9,17 +9,19 @@ keeps a figure readable); every figure of one report gets the styles of `report_
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 import matplotlib.ticker
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
+from matplotlib.lines import Line2D
 
-from poslab.report.tables import NONFINITE, is_finite, is_nonfinite, learning_note
 from poslab.plotting import (  # re-exported: callers and tests import them from here
     COINCIDE_RTOL,
+    Hidden,
     NiceLogLocator,
     band_limits,
     coincide_label,
@@ -43,6 +45,7 @@ from poslab.plotting import (  # re-exported: callers and tests import them from
     text_artists,
     wrap,
 )
+from poslab.report.tables import NONFINITE, is_finite, is_nonfinite, learning_note
 
 __all__ = [
     "COINCIDE_RTOL",
@@ -157,17 +160,45 @@ def dropped_text(dropped: list[tuple[str, int]]) -> str | None:
 # ---------------------------------------------------------------- the figures
 
 
-def ppl_figure(rows: list[dict], series_key: str, title: str, styles: dict | None = None) -> Figure:
-    """The figure of `plot_ppl_vs_length` (callers close it). Non-finite perplexities are left
-    out; with none finite the axes say so. With several series a second panel shows each one
-    relative to its perplexity at the training length (or its shortest length), so schemes of
-    different levels compare by shape, and the legend goes beside or below the panels.
-    `styles`: the report's (report_styles), so each series keeps its style across figures."""
+def _rows_by_series(
+    rows: list[dict], series_key: str, keep: Callable[[dict], bool]
+) -> dict[str, list[dict]]:
+    """The rows that `keep` accepts, grouped by their series label (with the mode in it when the
+    rows have several modes), series in natural order and rows in their given order."""
     several_modes = len({r["mode"] for r in rows}) > 1
-    styles = styles or report_styles(rows, series_key)
-    series: dict[str, list] = {}
+    grouped: dict[str, list[dict]] = {}
+    for r in rows:
+        if keep(r):
+            grouped.setdefault(series_label(r, series_key, several_modes), []).append(r)
+    return {label: grouped[label] for label in natural_sorted(grouped)}
+
+
+def _length_panel(ax: Axes, train_lengths: Iterable[int]) -> None:
+    """An evaluation-length x-axis on log2, with a dotted line at each training length (what a
+    reader compares the lengths with) and a grid."""
+    for n in train_lengths:
+        ax.axvline(n, color="grey", ls=":", lw=1)
+    length_xaxis(ax)
+    ax.set_xlabel("evaluation length (tokens); dotted: training length")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+class _PerplexitySeries(NamedTuple):
+    """What a perplexity figure draws, gathered from its rows by `_perplexity_series`."""
+
+    points: dict[str, list[tuple[int, float]]]  # label -> (length, ppl), by length
+    ids: dict[str, tuple[str, str]]  # label -> series_id: the key of the report's styles
+    spread: dict[str, dict[int, tuple]]  # label -> length -> (ppl sd, ratio, ratio sd)
+    dropped: list[tuple[str, int]]  # (label, length) of the non-finite points
+
+
+def _perplexity_series(rows: list[dict], series_key: str) -> _PerplexitySeries:
+    """Each series' finite, positive perplexities (series in natural order), with the spread over
+    seeds of rows merged over several seeds; non-finite points are listed, not plotted."""
+    several_modes = len({r["mode"] for r in rows}) > 1
+    series: dict[str, list[tuple[int, float]]] = {}
     ids: dict[str, tuple[str, str]] = {}
-    spread: dict[str, dict[int, tuple]] = {}  # label -> length -> (ppl sd, ratio, ratio sd)
+    spread: dict[str, dict[int, tuple]] = {}
     dropped: list[tuple[str, int]] = []
     for r in rows:
         label = series_label(r, series_key, several_modes)
@@ -183,44 +214,92 @@ def ppl_figure(rows: list[dict], series_key: str, title: str, styles: dict | Non
                     r.get("ratio_sd"),
                 )
     series = {label: sorted(series[label]) for label in natural_sorted(series)}
-    compare = len(series) > 1
-    fig = new_figure(12.5 if compare else 6.4, 4.6 if compare else 4.2)
-    axes = list(fig.subplots(1, 2)) if compare else [fig.subplots()]
-    ax = axes[0]
-    train_lengths = {r["train_length"] for r in rows}
-    shapes: dict[str, list[tuple[float, float]]] = {}
+    return _PerplexitySeries(series, ids, spread, dropped)
+
+
+def _relative_to_training_length(
+    series: dict[str, list[tuple[int, float]]], train_lengths: set[int]
+) -> dict[str, list[tuple[int, float]]]:
+    """Each series divided by its perplexity at the training length (or at its shortest length):
+    its shape, comparable across schemes of different levels."""
+    shapes: dict[str, list[tuple[int, float]]] = {}
     for label, pts in series.items():
         ref = next((p for n, p in pts if n in train_lengths), pts[0][1])
         shapes[label] = [(n, p / ref) for n, p in pts]
-    values = [ppl for pts in series.values() for _, ppl in pts]
-    log = ppl_yaxis(ax, values) == "log"
-    hidden = coinciding(series, near_span(values, log), log, relative=True)
-    if compare:
-        ratios = [v for pts in shapes.values() for _, v in pts]
-        shape_log = ppl_yaxis(axes[1], ratios) == "log"
-        near = near_span(ratios, shape_log)
-        shape_hidden = coinciding(shapes, near, shape_log, relative=True)
-        hidden_shape = {k: v for k, v in shape_hidden.items() if k not in hidden}
+    return shapes
+
+
+def _shape_yaxis(
+    ax: Axes, shapes: dict[str, list[tuple[int, float]]], hidden: dict[str, Hidden]
+) -> tuple[list[float], bool, dict[str, Hidden]]:
+    """Scale the shape panel for the series' ratios; returns the ratios, whether the axis is log,
+    and the series hidden on this panel only (those hidden on both the legend already names)."""
+    ratios = [v for pts in shapes.values() for _, v in pts]
+    shape_log = ppl_yaxis(ax, ratios) == "log"
+    near = near_span(ratios, shape_log)
+    shape_hidden = coinciding(shapes, near, shape_log, relative=True)
+    return ratios, shape_log, {k: v for k, v in shape_hidden.items() if k not in hidden}
+
+
+def _draw_perplexity_lines(
+    axes: list[Axes],
+    found: _PerplexitySeries,
+    shapes: dict[str, list[tuple[int, float]]],
+    looks: dict[str, dict],
+    hidden: dict[str, Hidden],
+    hidden_shape: dict[str, Hidden],
+) -> tuple[list[Line2D], list[list[float]]]:
+    """Each series with its ± sd band on the perplexity panel and, when there is a second panel,
+    its shape on that one (a series beneath a coinciding one in the hidden style); returns the
+    legend's handles and each panel's band edges (for fit_limits)."""
+    compare = len(axes) > 1
     handles = []
     edges: list[list[float]] = [[], []]  # the bands' edges, per panel
-    for label, pts in series.items():
-        style = styles.get(ids[label]) or styles_for(series)[label]
+    for label, pts in found.points.items():
+        style = looks[label]
         drawn = hidden_style(style) if label in hidden else style
-        (line,) = ax.plot(*zip(*pts, strict=True), label=coincide_label(label, hidden), **drawn)
+        (line,) = axes[0].plot(
+            *zip(*pts, strict=True), label=coincide_label(label, hidden), **drawn
+        )
         handles.append(line)
-        band = [(n, p, *spread[label][n]) for n, p in pts if n in spread.get(label, {})]
-        edges[0] += sd_band(ax, [(n, p, sd) for n, p, sd, _, _ in band], style["color"], "positive")
+        spread = found.spread.get(label, {})
+        band = [(n, p, *spread[n]) for n, p in pts if n in spread]
+        ppl_band = [(n, p, sd) for n, p, sd, _, _ in band]
+        edges[0] += sd_band(axes[0], ppl_band, style["color"], "positive")
         if compare:
             shape_style = hidden_style(style) if label in hidden_shape else drawn
             axes[1].plot(*zip(*shapes[label], strict=True), label=label, **shape_style)
             spreads = [(n, r, sd) for n, _, _, r, sd in band if is_finite(r) and is_finite(sd)]
             edges[1] += sd_band(axes[1], spreads, style["color"], "positive")
+    return handles, edges
+
+
+def ppl_figure(rows: list[dict], series_key: str, title: str, styles: dict | None = None) -> Figure:
+    """The figure of `plot_ppl_vs_length` (callers close it). Non-finite perplexities are left
+    out; with none finite the axes say so. With several series a second panel shows each one
+    relative to its perplexity at the training length (or its shortest length), so schemes of
+    different levels compare by shape, and the legend goes beside or below the panels.
+    `styles`: the report's (report_styles), so each series keeps its style across figures."""
+    styles = styles or report_styles(rows, series_key)
+    found = _perplexity_series(rows, series_key)
+    series = found.points
+    compare = len(series) > 1
+    fig = new_figure(12.5 if compare else 6.4, 4.6 if compare else 4.2)
+    axes = list(fig.subplots(1, 2)) if compare else [fig.subplots()]
+    ax = axes[0]
+    train_lengths = {r["train_length"] for r in rows}
+    shapes = _relative_to_training_length(series, train_lengths)
+    values = [ppl for pts in series.values() for _, ppl in pts]
+    log = ppl_yaxis(ax, values) == "log"
+    hidden = coinciding(series, near_span(values, log), log, relative=True)
+    ratios: list[float] = []
+    shape_log, hidden_shape = False, {}
+    if compare:
+        ratios, shape_log, hidden_shape = _shape_yaxis(axes[1], shapes, hidden)
+    looks = {label: styles.get(found.ids[label]) or styles_for(series)[label] for label in series}
+    handles, edges = _draw_perplexity_lines(axes, found, shapes, looks, hidden, hidden_shape)
     for a in axes:
-        for n in train_lengths:
-            a.axvline(n, color="grey", ls=":", lw=1)
-        length_xaxis(a)
-        a.set_xlabel("evaluation length (tokens); dotted: training length")
-        a.grid(True, which="both", alpha=0.3)
+        _length_panel(a, train_lengths)
     if not series:
         no_data_note(ax, "no finite perplexity to plot")
     ax.set_ylabel("perplexity")
@@ -233,8 +312,8 @@ def ppl_figure(rows: list[dict], series_key: str, title: str, styles: dict | Non
         axes[1].set_title("relative to the training length (shape)")
     notes = [
         coincide_note("right panel", hidden_shape) if compare else None,
-        band_note(spread, cut),
-        dropped_text(dropped),
+        band_note(found.spread, cut),
+        dropped_text(found.dropped),
     ]
     return finish_figure(fig, handles, [h.get_label() for h in handles], notes)
 
@@ -313,24 +392,12 @@ def position_figure(
     return finish_figure(fig, handles, [h.get_label() for h in handles], [dropped_text(dropped)])
 
 
-def accuracy_figure(
-    rows: list[dict], series_key: str, title: str, styles: dict | None = None
-) -> Figure:
-    """Exact-match and token accuracy against evaluation length (log-x), one line per series,
-    with a ± sd band (clipped to [0, 1]) for rows merged over seeds (callers close the figure).
-    Accuracy is bounded: no ratio panel."""
-    several_modes = len({r["mode"] for r in rows}) > 1
-    styles = styles or report_styles(rows, series_key)
-    fig = new_figure(12.5, 4.6)
-    axes = list(fig.subplots(1, 2))
-    series: dict[str, list[dict]] = {}
-    for r in rows:
-        if r["status"] == "ok" and is_finite(r.get("accuracy")):
-            series.setdefault(series_label(r, series_key, several_modes), []).append(r)
-    series = {
-        label: sorted(series[label], key=lambda r: r["length"]) for label in natural_sorted(series)
-    }
-    values = ("accuracy", "token_accuracy")
+def _accuracy_panels(
+    series: dict[str, list[dict]], values: tuple[str, str]
+) -> tuple[list[dict[str, list[tuple[int, float]]]], list[dict[str, Hidden]], dict[str, Hidden]]:
+    """Each panel's finite (length, accuracy) points per series, the series hidden on each panel,
+    and those hidden on both: the legend serves both panels, so it names a coincidence that
+    holds in both, a note the rest."""
     panels = [
         {
             label: [(r["length"], r[value]) for r in pts if is_finite(r.get(value))]
@@ -339,7 +406,6 @@ def accuracy_figure(
         for value in values
     ]
     hidden = [coinciding(p, near=0.004) for p in panels]  # 0.4% of the [0, 1] axis
-    # the legend serves both panels: it names a coincidence that holds in both, a note the rest
     both = coinciding(
         {
             label: [((k, x), y) for k, p in enumerate(panels) for x, y in p[label]]
@@ -347,7 +413,21 @@ def accuracy_figure(
         },
         near=0.004,
     )
-    handles = []
+    return panels, hidden, both
+
+
+def _draw_accuracy_lines(
+    axes: list[Axes],
+    series: dict[str, list[dict]],
+    values: tuple[str, str],
+    series_key: str,
+    styles: dict,
+) -> tuple[list[Line2D], list[dict[str, Hidden]], dict[str, Hidden]]:
+    """Each series on both panels, with a ± sd band (clipped to [0, 1]) when merged over seeds; a
+    series that did not learn at L shown faded and marked. Returns the legend's handles (one per
+    series), the series hidden on each panel and those hidden on both."""
+    panels, hidden, both = _accuracy_panels(series, values)
+    handles: list[Line2D] = []
     for label, pts in series.items():
         style = styles.get(series_id(pts[0], series_key)) or style_for_index(len(handles))
         shown = label
@@ -366,17 +446,13 @@ def accuracy_figure(
             if any(r.get("n_seeds", 1) > 1 for r in pts):
                 band = [(r["length"], r[value], r.get(f"{value}_sd") or 0.0) for r in pts]
                 sd_band(ax, band, style["color"], "unit")
+    return handles, hidden, both
+
+
+def _accuracy_references(axes: list[Axes], rows: list[dict]) -> list[Line2D]:
+    """What an accuracy is to be compared with: a uniform guess (chance, right panel) and the
+    best shortcut the rows state (both panels), per task; returns their legend handles."""
     chances = {r["mode"]: r["token_chance"] for r in rows if is_finite(r.get("token_chance"))}
-    for ax, what in zip(axes, ("whole answer right", "answer tokens right"), strict=True):
-        for n in {r["train_length"] for r in rows}:
-            ax.axvline(n, color="grey", ls=":", lw=1)
-        length_xaxis(ax)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("evaluation length (tokens); dotted: training length")
-        ax.set_ylabel(f"accuracy ({what})")
-        ax.grid(True, which="both", alpha=0.3)
-        if not series:
-            no_data_note(ax, "no accuracy to plot")
     references = []
     for mode, chance in chances.items():  # a uniform guess, per task
         label = "chance" if len(chances) == 1 else f"chance ({mode})"
@@ -394,6 +470,31 @@ def accuracy_figure(
                 (line,) = ax.plot(lengths, means, color="black", ls="-.", lw=1, label=label)
                 if k == 0:
                     references.append(line)
+    return references
+
+
+def accuracy_figure(
+    rows: list[dict], series_key: str, title: str, styles: dict | None = None
+) -> Figure:
+    """Exact-match and token accuracy against evaluation length (log-x), one line per series,
+    with a ± sd band (clipped to [0, 1]) for rows merged over seeds (callers close the figure).
+    Accuracy is bounded: no ratio panel."""
+    styles = styles or report_styles(rows, series_key)
+    fig = new_figure(12.5, 4.6)
+    axes = list(fig.subplots(1, 2))
+    grouped = _rows_by_series(
+        rows, series_key, lambda r: r["status"] == "ok" and is_finite(r.get("accuracy"))
+    )
+    series = {label: sorted(pts, key=lambda r: r["length"]) for label, pts in grouped.items()}
+    values = ("accuracy", "token_accuracy")
+    handles, hidden, both = _draw_accuracy_lines(axes, series, values, series_key, styles)
+    for ax, what in zip(axes, ("whole answer right", "answer tokens right"), strict=True):
+        _length_panel(ax, {r["train_length"] for r in rows})
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel(f"accuracy ({what})")
+        if not series:
+            no_data_note(ax, "no accuracy to plot")
+    references = _accuracy_references(axes, rows)
     axes[0].set_title(title)
     axes[1].set_title("per answer token")
     notes = [
@@ -407,6 +508,53 @@ def accuracy_figure(
     return finish_figure(fig, handles, [h.get_label() for h in handles], notes)
 
 
+def _seed_statistic(panels: dict[str, list[dict]]) -> str:
+    """What a heatmap's cells are: "one seed", "mean over N seeds" when every panel has N, else
+    a mean over the seeds each panel's title names."""
+    seeds = {int(r.get("n_seeds", 1) or 1) for p in panels.values() for r in p}
+    if len(seeds) == 1 and max(seeds, default=1) > 1:
+        return f"mean over {seeds.pop()} seeds"
+    if seeds == {1}:
+        return "one seed"
+    return "mean over the seeds in each panel's title"
+
+
+def _write_cell_values(ax: Axes, grid: np.ndarray) -> None:
+    """Each cell's accuracy written in it, in a colour that reads on the cell's."""
+    for (y, x), value in np.ndenumerate(grid):
+        ax.text(
+            x,
+            y,
+            f"{value:.2f}",
+            ha="center",
+            va="center",
+            fontsize=6,
+            color="white" if value < 0.5 else "black",
+            in_layout=False,  # inside its cell: nothing for the layout to make room for
+        )
+
+
+def _draw_heatmap_panel(
+    ax: Axes, label: str, pts: list[dict], key: str, seeds_in_title: bool
+) -> AxesImage:
+    """One series' accuracy by condition (`key`, rows of the image) and length (columns), its
+    values written in the cells, its number of seeds in the title when `seeds_in_title` (the
+    panels differ in it); returns the image (for the colour bar)."""
+    pts = sorted(pts, key=lambda r: r["length"])
+    conditions = [c["condition"] for c in pts[0]["by_condition"]]
+    grid = np.array([[c["accuracy"] for c in r["by_condition"]] for r in pts], dtype=float).T
+    image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(pts)), [str(r["length"]) for r in pts], fontsize=7)
+    ax.set_yticks(range(len(conditions)), [f"{c.get(key, '')}" for c in conditions], fontsize=7)
+    ax.set_xlabel("evaluation length", fontsize=8)
+    ax.set_ylabel(key, fontsize=8)
+    panel_seeds = int(pts[0].get("n_seeds", 1) or 1)
+    suffix = f" ({panel_seeds} seeds)" if seeds_in_title else ""
+    ax.set_title(wrap(label + suffix, 40), fontsize=9)  # ~ a panel's width
+    _write_cell_values(ax, grid)
+    return image
+
+
 def heatmap_figure(
     rows: list[dict], series_key: str, title: str | None = None, styles: dict | None = None
 ) -> Figure | None:
@@ -415,27 +563,17 @@ def heatmap_figure(
     shows ("<task>: accuracy by <condition> and evaluation length", and "mean over N seeds" for
     rows merged over seeds); `title`, the report's, is kept as a first line when it is not the
     generic "...vs evaluation length" one. `styles` is accepted for symmetry (no lines here)."""
-    several_modes = len({r["mode"] for r in rows}) > 1
-    panels: dict[str, list[dict]] = {}
-    for r in rows:
-        if r["status"] == "ok" and r.get("by_condition"):
-            panels.setdefault(series_label(r, series_key, several_modes), []).append(r)
+    panels = _rows_by_series(
+        rows, series_key, lambda r: r["status"] == "ok" and bool(r.get("by_condition"))
+    )
     if not panels:
         return None
-    panels = {label: panels[label] for label in natural_sorted(panels)}
     first = next(iter(panels.values()))[0]
     key = next(iter(first["by_condition"][0]["condition"]), "condition")
     tasks = ", ".join(
         dict.fromkeys(str(r.get("task") or r["mode"]) for p in panels.values() for r in p)
     )
-    seeds = {int(r.get("n_seeds", 1) or 1) for p in panels.values() for r in p}
-    statistic = (
-        f"mean over {seeds.pop()} seeds"
-        if len(seeds) == 1 and max(seeds, default=1) > 1
-        else "one seed"
-        if seeds == {1}
-        else "mean over the seeds in each panel's title"
-    )
+    statistic = _seed_statistic(panels)
     n = len(panels)
     cols = min(n, 4)
     nrows = math.ceil(n / cols)
@@ -443,28 +581,7 @@ def heatmap_figure(
     axes = fig.subplots(nrows, cols, squeeze=False)
     image = None
     for ax, (label, pts) in zip(axes.flat, panels.items(), strict=False):
-        pts = sorted(pts, key=lambda r: r["length"])
-        conditions = [c["condition"] for c in pts[0]["by_condition"]]
-        grid = np.array([[c["accuracy"] for c in r["by_condition"]] for r in pts], dtype=float).T
-        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-        ax.set_xticks(range(len(pts)), [str(r["length"]) for r in pts], fontsize=7)
-        ax.set_yticks(range(len(conditions)), [f"{c.get(key, '')}" for c in conditions], fontsize=7)
-        ax.set_xlabel("evaluation length", fontsize=8)
-        ax.set_ylabel(key, fontsize=8)
-        panel_seeds = int(pts[0].get("n_seeds", 1) or 1)
-        suffix = f" ({panel_seeds} seeds)" if "each panel" in statistic else ""
-        ax.set_title(wrap(label + suffix, 40), fontsize=9)  # ~ a panel's width
-        for (y, x), value in np.ndenumerate(grid):
-            ax.text(
-                x,
-                y,
-                f"{value:.2f}",
-                ha="center",
-                va="center",
-                fontsize=6,
-                color="white" if value < 0.5 else "black",
-                in_layout=False,  # inside its cell: nothing for the layout to make room for
-            )
+        image = _draw_heatmap_panel(ax, label, pts, key, "each panel" in statistic)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     what = f"{tasks}: accuracy (whole answer right) by {key} and evaluation length"
@@ -547,6 +664,113 @@ def edge_arrow(ax: Axes, edge: float, y: float, span: float, colour: str, text: 
     )
 
 
+def _usable(interval: Any) -> bool:
+    """A difference there is to draw: present, with a finite mean."""
+    return interval is not None and math.isfinite(interval.mean)
+
+
+def _ordered_schemes(found: Any, columns: list[int]) -> list[str]:
+    """The schemes best first by their difference at the longest shown length; those without it
+    by the next shorter one, and those with neither last."""
+    sign = 1.0 if found.lower_is_better else -1.0
+
+    def order_key(scheme: str) -> tuple:
+        for rank, j in enumerate(reversed(columns)):
+            if _usable(found.by_scheme[scheme][j]):
+                return (rank, sign * found.by_scheme[scheme][j].mean)
+        return (len(columns), 0.0)
+
+    return sorted(found.by_scheme, key=order_key)
+
+
+def _difference_window(found: Any, j: int, at: dict[str, Any]) -> tuple[float, float, float]:
+    """The x-range of the panel at length index `j` for its intervals `at`: every interval and 0,
+    but a far-off one (difference_limits) past the edge; returns (left, right, span)."""
+    ends = {
+        s: [v for v in (i.low, i.high) if v is not None and math.isfinite(v)] for s, i in at.items()
+    }
+    reach = [max(abs(v) for v in (i.mean, *ends[s])) for s, i in at.items()]
+    floor = RESOLUTION * abs(found.base_values.get(found.lengths[j], 0.0))
+    half = difference_limits(reach, floor) * 1.08
+    lows = [min([i.mean, *ends[s]]) for s, i in at.items()]
+    highs = [max([i.mean, *ends[s]]) for s, i in at.items()]
+    left, right = max(-half, min(0.0, *lows) * 1.08), min(half, max(0.0, *highs) * 1.08)
+    span = right - left or 1.0
+    return left - 0.04 * span, right + 0.04 * span, span
+
+
+def _draw_difference_row(
+    ax: Axes,
+    interval: Any,
+    y: float,
+    style: dict,
+    window: tuple[float, float, float],
+    text: str,
+) -> bool:
+    """One scheme's difference at height `y`: its interval as a bar and its mean as a marker
+    (filled when the interval excludes 0), or an arrow at the panel's edge with `text` where the
+    mean or an end of the interval is off the scale. True when something was off the scale."""
+    left, right, span = window
+    colour = style["color"]
+    if not left <= interval.mean <= right:  # the value itself is off the scale
+        edge_arrow(ax, right if interval.mean > 0 else left, y, span, colour, text)
+        return True
+    off_scale = False
+    has_ci = interval.low is not None and interval.high is not None
+    if has_ci:
+        low, high = max(interval.low, left), min(interval.high, right)
+        ax.hlines(y, low, high, color=colour, lw=2)
+        clipped = [
+            e for e, cut in ((left, low > interval.low), (right, high < interval.high)) if cut
+        ]
+        for edge in clipped:  # an interval's end off the scale
+            off_scale = True
+            edge_arrow(ax, edge, y, span, colour, text if edge == clipped[-1] else "")
+    filled = has_ci and interval.distinguishable
+    ax.plot(
+        interval.mean,
+        y,
+        marker=style["marker"],
+        color=colour,
+        mfc=colour if filled else "white",
+        ms=7,
+        ls="none",
+    )
+    return off_scale
+
+
+def _draw_difference_panel(
+    ax: Axes, found: Any, j: int, ys: dict[str, int], looks: dict[str, dict]
+) -> bool:
+    """The panel of the length at index `j`: a row per scheme at height ys[scheme] in its style
+    (`looks`), the line at 0, titled by the length. True when a value was off the scale."""
+    at = {s: found.by_scheme[s][j] for s in ys if _usable(found.by_scheme[s][j])}
+    window = _difference_window(found, j, at)
+    digits = 2 if found.metric == "ppl" else 3
+    off_scale = False
+    for scheme, interval in at.items():
+        text = difference_text(interval, digits)
+        drawn = _draw_difference_row(ax, interval, ys[scheme], looks[scheme], window, text)
+        off_scale = drawn or off_scale
+    what = "perplexity" if found.metric == "ppl" else "accuracy"
+    better = "(← better)" if found.lower_is_better else "(better →)"
+    ax.axvline(0.0, color="grey", lw=1)
+    ax.set_xlim(window[0], window[1])
+    ax.set_ylim(-0.7, len(ys) - 0.3)
+    ax.grid(True, axis="x", alpha=0.3)
+    n = found.lengths[j]
+    factor = found.factors.get(n)
+    ax.set_title(f"at {n:,} tokens" + (f" ({factor:g}× L)" if factor else ""))
+    ax.set_xlabel(f"{what} − {found.baseline}'s {better}")
+    return off_scale
+
+
+def _seeds_of(found: Any, scheme: str, columns: list[int]) -> Any:
+    """The interval that tells a scheme's seeds: the first shown one, else any other."""
+    shown = [found.by_scheme[scheme][j] for j in columns]
+    return next((i for i in shown + found.by_scheme[scheme] if _usable(i)), None)
+
+
 def difference_figure(found: Any, title: str, styles: dict | None = None) -> Figure | None:
     """Each scheme's difference to the baseline (a `DifferenceSet`) with its 95% interval, one
     row per scheme (so that every scheme is seen, however many there are), at the shortest and
@@ -555,94 +779,27 @@ def difference_figure(found: Any, title: str, styles: dict | None = None) -> Fig
     (not distinguishable); open, no bar: a one-seed row (no interval); an arrow at a panel's
     edge: a value (or an interval's end) off its scale. None when no scheme has a finite
     difference."""
-
-    def usable(interval: Any) -> bool:
-        return interval is not None and math.isfinite(interval.mean)
-
-    schemes = list(found.by_scheme)
     have = [
-        j for j in range(len(found.lengths)) if any(usable(found.by_scheme[s][j]) for s in schemes)
+        j
+        for j in range(len(found.lengths))
+        if any(_usable(intervals[j]) for intervals in found.by_scheme.values())
     ]
     if not have:
         return None
     columns = sorted({have[0], have[-1]})
-    sign = 1.0 if found.lower_is_better else -1.0
-    digits = 2 if found.metric == "ppl" else 3
-
-    def order_key(scheme: str) -> tuple:
-        for rank, j in enumerate(reversed(columns)):
-            if usable(found.by_scheme[scheme][j]):
-                return (rank, sign * found.by_scheme[scheme][j].mean)
-        return (len(columns), 0.0)
-
-    schemes.sort(key=order_key)
+    schemes = _ordered_schemes(found, columns)
     styles = styles or {}
     fallback = styles_for(schemes)
+    looks = {s: styles.get((s, found.mode)) or fallback[s] for s in schemes}
     ys = {s: len(schemes) - 1 - i for i, s in enumerate(schemes)}
     fig = new_figure(2.0 + 4.0 * len(columns), 1.4 + 0.3 * len(schemes))
     axes = fig.subplots(1, len(columns), sharey=True, squeeze=False)[0]
     off_scale = False
-    what = "perplexity" if found.metric == "ppl" else "accuracy"
-    better = "(← better)" if found.lower_is_better else "(better →)"
     for ax, j in zip(axes, columns, strict=True):
-        at = {s: found.by_scheme[s][j] for s in schemes if usable(found.by_scheme[s][j])}
-        ends = {
-            s: [v for v in (i.low, i.high) if v is not None and math.isfinite(v)]
-            for s, i in at.items()
-        }
-        reach = [max(abs(v) for v in (i.mean, *ends[s])) for s, i in at.items()]
-        floor = RESOLUTION * abs(found.base_values.get(found.lengths[j], 0.0))
-        half = difference_limits(reach, floor) * 1.08
-        lows = [min([i.mean, *ends[s]]) for s, i in at.items()]
-        highs = [max([i.mean, *ends[s]]) for s, i in at.items()]
-        left, right = max(-half, min(0.0, *lows) * 1.08), min(half, max(0.0, *highs) * 1.08)
-        span = right - left or 1.0
-        left, right = left - 0.04 * span, right + 0.04 * span
-        for scheme, interval in at.items():
-            style = styles.get((scheme, found.mode)) or fallback[scheme]
-            colour, y = style["color"], ys[scheme]
-            text = difference_text(interval, digits)
-            if not left <= interval.mean <= right:  # the value itself is off the scale
-                off_scale = True
-                edge_arrow(ax, right if interval.mean > 0 else left, y, span, colour, text)
-                continue
-            has_ci = interval.low is not None and interval.high is not None
-            if has_ci:
-                low, high = max(interval.low, left), min(interval.high, right)
-                ax.hlines(y, low, high, color=colour, lw=2)
-                clipped = [
-                    e
-                    for e, cut in ((left, low > interval.low), (right, high < interval.high))
-                    if cut
-                ]
-                for edge in clipped:  # an interval's end off the scale
-                    off_scale = True
-                    edge_arrow(ax, edge, y, span, colour, text if edge == clipped[-1] else "")
-            filled = has_ci and interval.distinguishable
-            ax.plot(
-                interval.mean,
-                y,
-                marker=style["marker"],
-                color=colour,
-                mfc=colour if filled else "white",
-                ms=7,
-                ls="none",
-            )
-        ax.axvline(0.0, color="grey", lw=1)
-        ax.set_xlim(left, right)
-        ax.set_ylim(-0.7, len(schemes) - 0.3)
-        ax.grid(True, axis="x", alpha=0.3)
-        n = found.lengths[j]
-        factor = found.factors.get(n)
-        ax.set_title(f"at {n:,} tokens" + (f" ({factor:g}× L)" if factor else ""))
-        ax.set_xlabel(f"{what} − {found.baseline}'s {better}")
-
-    def seeds_of(scheme: str) -> Any:
-        shown = [found.by_scheme[scheme][j] for j in columns]
-        return next((i for i in shown + found.by_scheme[scheme] if usable(i)), None)
-
+        off_scale = _draw_difference_panel(ax, found, j, ys, looks) or off_scale
     axes[0].set_yticks(
-        [ys[s] for s in schemes], [f"{s} ({pairing_text(seeds_of(s))})" for s in schemes]
+        [ys[s] for s in schemes],
+        [f"{s} ({pairing_text(_seeds_of(found, s, columns))})" for s in schemes],
     )
     fig.suptitle(title)
     notes = [
