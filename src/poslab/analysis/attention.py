@@ -64,9 +64,10 @@ class AttentionRecorder(Blockwise):
         start: int,
         end: int,
         decay: Tensor | None = None,
+        sinks: Tensor | None = None,
     ) -> Tensor:
         """Blockwise's weights of one query block (its __call__ runs the blocks), recorded."""
-        weights = super().weights(q, k, pos, prepared, layer, start, end, decay)
+        weights = super().weights(q, k, pos, prepared, layer, start, end, decay, sinks)
         self.record(weights, layer, start, end)
         return weights
 

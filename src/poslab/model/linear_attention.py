@@ -129,6 +129,12 @@ class Linear(AttentionKernel):
 
     def check(self, pos: Any, dropout: float, sinks: bool = False) -> None:
         self.check_sinks(sinks)
+        if pos.widens_keys:
+            raise ConfigError(
+                f"attention=linear cannot serve pos={type(pos).__name__}: its q and k become "
+                "complex numbers (twice the head's dims) whose phases linear attention's feature "
+                "map would not keep; use attention=sdpa or attention=blockwise"
+            )
         if pos.needs != "nothing":
             raise ConfigError(
                 f"attention=linear cannot serve pos={type(pos).__name__}, which needs the "

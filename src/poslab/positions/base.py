@@ -74,6 +74,9 @@ class PositionalScheme(nn.Module):
     # True: attention depends on positions only through m − n, so shifting every position by the
     # same offset changes nothing (the property tests check it, or check that the offset shows)
     shift_invariant: ClassVar[bool] = False
+    # True: `rotate` returns q and k of more dims than the values (PoPE's 2 × head_dim, real and
+    # imaginary parts); a kernel that needs q and k as wide as v (linear attention) refuses it
+    widens_keys: ClassVar[bool] = False
 
     def __init__(
         self,
