@@ -803,3 +803,66 @@ def test_new_kinds_evaluate_a_rope_checkpoint_at_16x(trained_runs):
             assert by_length[16]["ppl"] == base[16]["ppl"], scaling
         if scaling["kind"] == "lminfinite":  # the same function at 1×, by the blockwise kernel
             assert by_length[16]["ppl"] == pytest.approx(base[16]["ppl"], rel=1e-3)
+
+
+def rotate64_per_pair(x, positions, theta, pairing, r):  # noqa: ANN001, ANN201
+    """x (N, D) turned pair i by positions[:, i]·θ_i in float64, by hand."""
+    x = x.double().clone()
+    angles = positions.double() * theta.double()
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    if pairing == "interleaved":
+        a, b = x[..., 0:r:2].clone(), x[..., 1:r:2].clone()
+        x[..., 0:r:2], x[..., 1:r:2] = a * cos - b * sin, a * sin + b * cos
+    else:
+        a, b = x[..., : r // 2].clone(), x[..., r // 2 : r].clone()
+        x[..., : r // 2], x[..., r // 2 : r] = a * cos - b * sin, a * sin + b * cos
+    return x
+
+
+@pytest.mark.parametrize("pairing,fraction", FEW_LAYOUTS)
+@pytest.mark.parametrize("groups,window", [((1, 2, 4, 8), 8), ((3, 1), None), ((2,), 5)])
+@pytest.mark.parametrize("offset", [0, 37])
+def test_dpe_equals_the_references_formula(pairing, fraction, groups, window, offset):
+    """LuLuLuyi/DPE, transcribed: near keys (m − n < w) plain; far keys in band b with the
+    query at m // G_b + w − w / G_b and the key at n // G_b, the bands equal shares of the
+    pairs, the fastest first."""
+    train_length, length = 16, 48
+    scaling = {"kind": "dpe", "train_length": train_length, "groups": list(groups)}
+    scheme = build_scheme(
+        "rope", 64, 4, pairing=pairing, fraction=fraction, scaling={**scaling, "window": window}
+    )
+    assert scheme.needs == "scores"
+    w = window or train_length // 4
+    positions = torch.arange(length) + offset
+    q, k = torch.randn(2, 1, 4, length, 16, generator=torch.Generator().manual_seed(3))
+    got = kernel_scores(scheme, positions, q, k)
+    m, n = torch.tril_indices(length, length)
+    near = ((m - n) < w)[:, None]
+    pairs = scheme.rotary_dims // 2
+    group = torch.tensor(groups, dtype=torch.float64).repeat_interleave(pairs // len(groups))
+    qpos = torch.where(near, (m + offset)[:, None].double(), m[:, None] // group + w - w / group)
+    kpos = torch.where(near, (n + offset)[:, None].double(), n[:, None] // group)
+    theta, r = scheme.frequencies(), scheme.rotary_dims
+    qr = rotate64_per_pair(q[..., m, :], qpos, theta, scheme.pairing, r)
+    kr = rotate64_per_pair(k[..., n, :], kpos, theta, scheme.pairing, r)
+    expected = (qr * kr).sum(-1) / math.sqrt(16)
+    torch.testing.assert_close(got[..., m, n].double(), expected, atol=2e-5, rtol=1e-5)
+
+
+def test_dpe_with_every_group_one_is_plain_rotary_and_a_bad_split_is_one_line():
+    plain = build_scheme("rope", 64, 4)
+    ones = build_scheme(
+        "rope", 64, 4, scaling={"kind": "dpe", "train_length": 16, "groups": [1, 1]}
+    )
+    positions = torch.arange(40)
+    q, k = torch.randn(2, 1, 4, 40, 16, generator=torch.Generator().manual_seed(4))
+    prepared = plain.prepare(positions)
+    q_in, k_in = plain.rotate(q, k, prepared)
+    want = q_in @ k_in.transpose(-1, -2) / 4
+    got = kernel_scores(ones, positions, q, k)
+    lower = torch.ones(40, 40, dtype=torch.bool).tril()
+    torch.testing.assert_close(got[..., lower], want[..., lower], atol=2e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="do not split into 3 equal bands"):
+        build_scheme(
+            "rope", 64, 4, scaling={"kind": "dpe", "train_length": 16, "groups": [1, 2, 4]}
+        )

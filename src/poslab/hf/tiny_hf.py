@@ -138,11 +138,13 @@ NEUTRAL: dict[str, tuple[dict[str, Any], int]] = {
     "lminfinite": ({"kind": "lminfinite", "window": CONTEXT, "n_global": 0}, CONTEXT),
     "logn": ({"kind": "none", "logn": True}, CONTEXT),
     "string": ({"kind": "string", "shift": HOOK_LENGTH, "temperature": False}, HOOK_LENGTH),
+    "dpe": ({"kind": "dpe", "window": 8, "groups": [1, 1]}, HOOK_LENGTH),  # G = 1: no grouping
 }
 
 W, G, N_GLOBAL = 8, 4, 2  # the window, Self-Extend's group, LM-Infinite's global tokens
 S, S_LOCAL = 12, 4  # STRING's shift and local window
 STRING_FACTOR = 0.1 * math.log(2) + 1  # STRING's cos/sin factor (HKUNLP/STRING)
+DPE_GROUPS = (1, G)  # DPE's group size per band: the fast half of the pairs kept, the slow grouped
 # settings that change attention within HOOK_LENGTH tokens: options, and the first position whose
 # logits change
 TRICKS: dict[str, tuple[dict[str, Any], int]] = {
@@ -155,6 +157,7 @@ TRICKS: dict[str, tuple[dict[str, Any], int]] = {
     "string": ({"kind": "string", "shift": S, "local": S_LOCAL, "temperature": False}, S),
     # the temperature scales every score: from the second token on (the first sees only itself)
     "string_temperature": ({"kind": "string", "shift": S, "local": S_LOCAL}, 1),
+    "dpe": ({"kind": "dpe", "window": W, "groups": list(DPE_GROUPS)}, W + 1),
 }
 
 
@@ -172,6 +175,12 @@ def relative_distance(kind: str, m: Tensor, n: Tensor) -> Tensor:
         return d.clamp(max=CONTEXT)
     if kind in ("string", "string_temperature"):  # the paper's m − n − S + W from S on
         return torch.where(d < S, d, d - S + S_LOCAL)
+    if kind == "dpe":  # per band b (…, bands): ⌊m/G_b⌋ + w − w/G_b − ⌊n/G_b⌋ beyond the window
+        group = torch.tensor(DPE_GROUPS, dtype=torch.float64)
+        m, n = m[..., None], n[..., None]
+        grouped = torch.div(m, group, rounding_mode="floor") + W - W / group
+        far = grouped - torch.div(n, group, rounding_mode="floor")
+        return torch.where(d[..., None] < W, d[..., None], far)
     return d  # logn
 
 
@@ -214,7 +223,12 @@ def reference_attention(kind: str, attention: nn.Module, theta: Tensor, x: Tenso
     n = torch.arange(length, dtype=torch.float64)[None, :]
     if kind in ("logn", "rerope_logn"):
         q = q * (torch.log(m + 1) / math.log(CONTEXT)).clamp(min=1.0)
-    angles = relative_distance(kind, m, n)[..., None] * theta.double()  # (T, T, R/2)
+    distance = relative_distance(kind, m, n)  # (T, T), or (T, T, bands) for dpe
+    if distance.dim() == 3:  # each band's distance for its share of the pairs
+        distance = distance.repeat_interleave(theta.shape[-1] // distance.shape[-1], dim=-1)
+    else:
+        distance = distance[..., None]
+    angles = distance * theta.double()  # (T, T, R/2)
     queries = turned(q[:, :, :, None, :].expand(-1, -1, -1, length, -1), angles)  # one per key
     scores = (queries * k[:, :, None, :, :]).sum(-1) * dim**-0.5
     if kind == "string_temperature":  # q and k each turned by cos/sin times the factor

@@ -130,12 +130,17 @@ class Rotary(PositionalScheme):
             return self.log_theta.float().exp()
         return self.theta.float()
 
-    def angles(self, positions: Tensor, length: int | None = None) -> Tensor:
+    def angles(
+        self, positions: Tensor, length: int | None = None, per_pair: bool = False
+    ) -> Tensor:
         """(…, T, R/2) fp32 angles m·θ_i for fp32 positions (…, T), with the eval-time scaling
-        of a forward over `length` positions (default: the last axis of `positions`)."""
+        of a forward over `length` positions (default: the last axis of `positions`).
+        `per_pair`: positions (…, T, R/2), one per pair (dpe's far positions)."""
         with torch.autocast(device_type=positions.device.type, enabled=False):
             theta = self.frequencies()
             scaling = self.scaling
+            if per_pair:
+                return positions * theta
             if scaling is not None:
                 length = length or positions.shape[-1]
                 theta = scaling.theta(theta, self.rotary_dims, length, self.base)
@@ -203,7 +208,9 @@ class Rotary(PositionalScheme):
         * selfextend: queries at ⌊m/G⌋ + w − ⌊w/G⌋ over keys at ⌊n/G⌋, m and n counted from
           the window's first position;
         * lminfinite: rerope with w = L (distances capped at L), and −inf for keys neither
-          among the first n_global tokens nor closer than its local window."""
+          among the first n_global tokens nor closer than its local window;
+        * string: queries S − W closer beyond the shift S;
+        * dpe: selfextend with a group size per band of pairs."""
         scaling = self.scaling
         window = scaling.local_window()
         distance = q_positions[..., :, None] - k_positions[..., None, :]
@@ -233,7 +240,12 @@ class Rotary(PositionalScheme):
         scale = q.shape[-1] ** -0.5 * self.scaling.attention_factor**2
 
         def turned(x: Tensor, positions: Tensor) -> Tensor:
-            angles = self.angles(positions)
+            if positions.dim() > q_positions.dim():  # per band of pairs (dpe): each pair's
+                pairs = self.rotary_dims // 2
+                positions = positions.repeat_interleave(pairs // positions.shape[-1], dim=-1)
+                angles = self.angles(positions, per_pair=True)
+            else:
+                angles = self.angles(positions)
             if angles.dim() == 3:  # per-sequence positions: a head axis
                 angles = angles[:, None]
             return self._rotate(x, rotation(angles, self.pairing))
