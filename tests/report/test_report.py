@@ -10,7 +10,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
-from conftest import run_in_process
+from conftest import REPO, run_in_process
 
 from poslab.errors import ConfigError
 from poslab.report.compare import compare, shape_checks
@@ -541,3 +541,29 @@ def test_the_seeds_note_keeps_a_row_name_with_a_comma_whole():
         "seeds; the other rows are one seed."
     )
     assert "(alibi, rope)" in seeds_note([*rows[:1], {"scheme": "rope", "n_seeds": 3}, rows[2]])
+
+
+def test_rows_that_measured_context_use_get_their_figure_and_others_none(tmp_path):
+    """The committed context-use study: one line per row in both panels (the gain by length,
+    and by position at the longest length); a table without context use draws no such figure."""
+    from poslab.report.figures import context_figure
+
+    rows = json.loads((REPO / "docs/results/context_use_quickstart/comparison.json").read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    figure = context_figure(rows, "scheme")
+    left, right = figure.axes[:2]
+    schemes = {r["scheme"] for r in rows if r.get("context_gain") is not None}
+    assert len(schemes) == 6
+    assert len([ln for ln in left.get_lines() if ln.get_label() in schemes]) == 6
+    assert len(right.get_lines()) >= 6
+    plt.close(figure)
+    plain = [{k: v for k, v in r.items() if "gain" not in k} for r in rows]
+    assert context_figure(plain, "scheme") is None
+    names = [name for _, name, fig in write_figures(rows) if not plt.close(fig)]
+    assert "comparison_context.png" in names
+
+
+def write_figures(rows: list[dict]) -> list:
+    from poslab.report.files import report_figures
+
+    return list(report_figures(rows, "title", "scheme", "comparison", baseline="rope"))

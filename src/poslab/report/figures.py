@@ -52,6 +52,7 @@ __all__ = [
     "NiceLogLocator",
     "accuracy_figure",
     "band_limits",
+    "context_figure",
     "heatmap_figure",
     "line_styles",
     "natural_key",
@@ -390,6 +391,59 @@ def position_figure(
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     return finish_figure(fig, handles, [h.get_label() for h in handles], [dropped_text(dropped)])
+
+
+def context_figure(rows: list[dict], series_key: str, styles: dict | None = None) -> Figure | None:
+    """Context use (evaluation/context_use.py), for rows that measured it: left, each series'
+    mean gain from the context beyond the short one (nats) against the evaluation length, ± 1 sd
+    over seeds where merged; right, the gain by distance (log-binned) at each series' longest
+    measured length. Above 0 the far context helps; a line at 0 ignores it; below 0 it harms.
+    None when no row measured it."""
+    measured = [r for r in rows if r["status"] == "ok" and is_finite(r.get("context_gain"))]
+    if not measured:
+        return None
+    styles = styles or report_styles(measured, series_key)
+    by_series: dict[tuple[str, str], list[dict]] = {}
+    for r in measured:
+        by_series.setdefault(series_id(r, series_key), []).append(r)
+    fig = new_figure(12.5, 4.6)
+    left, right = fig.subplots(1, 2)
+    handles = []
+    for index, (key, found) in enumerate(
+        sorted(by_series.items(), key=lambda kv: natural_key(kv[0][1]))
+    ):
+        found.sort(key=lambda r: r["length"])
+        style = {**(styles.get(key) or style_for_index(index)), "lw": 1.4}
+        label = series_label(found[0], series_key, False)
+        xs = [r["length"] for r in found]
+        gains = [r["context_gain"] for r in found]
+        (line,) = left.plot(xs, gains, label=label, **style)
+        sds = [r.get("context_gain_sd") for r in found]
+        if all(is_finite(sd) for sd in sds):
+            low = [g - sd for g, sd in zip(gains, sds, strict=True)]
+            high = [g + sd for g, sd in zip(gains, sds, strict=True)]
+            left.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, lw=0)
+        handles.append(line)
+        longest = found[-1]
+        if longest.get("gain_by_distance"):
+            bx, by = log_binned(longest["gain_by_distance"])
+            right.plot(bx, by, **style)
+    for ax in (left, right):
+        for n in {r["train_length"] for r in measured}:
+            ax.axvline(n, color="grey", ls=":", lw=1)
+        ax.axhline(0.0, color="grey", lw=0.8)
+        length_xaxis(ax)
+        ax.grid(True, which="both", alpha=0.3)
+    short = sorted({r.get("short_context") for r in measured if r.get("short_context")})
+    beyond = f"beyond the last {short[0]} tokens" if len(short) == 1 else "beyond the short context"
+    left.set_xlabel("evaluation length (tokens); dotted: training length")
+    left.set_ylabel(f"mean gain from the context {beyond} (nats)")
+    left.set_title("context use vs evaluation length")
+    right.set_xlabel("distance of the token from its window's start (+1), at the longest length")
+    right.set_ylabel("mean gain (nats)")
+    right.set_title("gain by position in the window")
+    notes = ["shaded: ± 1 sd over seeds; above 0 the far context helps, below 0 it harms"]
+    return finish_figure(fig, handles, [h.get_label() for h in handles], notes)
 
 
 def _accuracy_panels(

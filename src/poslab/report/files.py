@@ -22,6 +22,7 @@ from poslab.errors import NO_SPACE_ERRNOS, ConfigError
 from poslab.report.differences import difference_set
 from poslab.report.figures import (
     accuracy_figure,
+    context_figure,
     difference_figure,
     heatmap_figure,
     position_figure,
@@ -203,6 +204,9 @@ def report_figures(
             f"{stem}_loss_by_position.png",
             position_figure(position_rows or [], position_title, styles, series_key),
         )
+        context = context_figure(rows, series_key, styles)
+        if context is not None:  # rows that measured context use (eval.short_context)
+            yield "context_plot", f"{stem}_context.png", context
     if baseline is not None and series_key == "scheme":
         # the first mode in which some row has a difference (the baseline may lack a mode)
         modes = dict.fromkeys(r["mode"] for r in rows)
