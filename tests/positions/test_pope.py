@@ -134,3 +134,15 @@ def test_the_cli_trains_20_steps_and_scores_to_4x(corpus, tmp_path):
     rows = json.loads((tmp_path / "run" / "extrapolation" / "extrapolation.json").read_text())
     assert {r["length"] for r in rows if r["status"] == "ok"} == {16, 32, 64}
     assert all(math.isfinite(r["ppl"]) for r in rows if r["status"] == "ok")
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "blockwise"])
+def test_sinks_and_the_gate_combine_with_it(kernel):
+    """PoPE's keys are twice as wide as the values: the sink's zero key and zero value each
+    take their own width."""
+    config = GPTConfig(vocab_size=13, n_layer=1, n_head=2, d_model=16, gate="headwise", sinks=True)
+    gpt = GPT(config, scheme(), KERNELS[kernel]())
+    logits = gpt(torch.randint(0, 13, (2, 9)))
+    assert logits.shape == (2, 9, 13) and torch.isfinite(logits).all()
+    logits.sum().backward()
+    assert gpt.blocks[0].attn.sinks.grad is not None

@@ -180,9 +180,9 @@ def with_sink(
     batch, heads = max(mask.shape[0], keys.shape[0]), keys.shape[1]
     mask = mask.expand(batch, heads, *mask.shape[-2:])
     column = sinks.to(mask.dtype)[None, :, None, None].expand(batch, heads, mask.shape[-2], 1)
-    zero = keys.new_zeros(*keys.shape[:2], 1, keys.shape[-1])
-    keys = torch.cat([zero, keys], dim=2)
-    values = torch.cat([zero.to(values.dtype), values], dim=2)
+    # q·k and the values may differ in width (PoPE's keys are twice the values' dims)
+    keys = torch.cat([keys.new_zeros(*keys.shape[:2], 1, keys.shape[-1]), keys], dim=2)
+    values = torch.cat([values.new_zeros(*values.shape[:2], 1, values.shape[-1]), values], dim=2)
     return torch.cat([column, mask], dim=-1), keys, values
 
 
