@@ -118,6 +118,11 @@ TRAIN_BAD = [
     # keys the schema did not cover (#43): accepted without a word
     train_case("model.bias=maybe", expected="model.bias=maybe must be true or false"),
     train_case("model.scale_embeddings=2", expected="model.scale_embeddings=2 must be true or"),
+    # model options of #45: a bad value, and sinks on a kernel without a softmax over keys
+    train_case("model.gate=both", expected="model.gate=both is not one of None, headwise"),
+    train_case(
+        "model.sinks=true", "attention=linear", expected="model.sinks=true: attention=linear"
+    ),
     train_case("data.word_level=maybe", expected="data.word_level=maybe must be true or false"),
     # found by the schema's coverage test (tests/run/test_validate.py): a traceback, or
     # accepted and ignored

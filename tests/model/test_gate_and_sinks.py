@@ -187,3 +187,30 @@ def test_export_to_hugging_face_refuses_them_in_one_line(option):
     gpt = GPT(config, build_scheme(SCHEMES["rope"], config), SDPA())
     problem = export_problem(gpt, {"pos_name": "rope"})
     assert problem and "no output gate and no sink logits" in problem
+
+
+def test_the_sink_column_keeps_a_shared_bias_unbatched():
+    """A bias shared by the batch (1, H, T, T) stays batch 1 with the sink in front: SDPA
+    broadcasts it, and CausalBias sized it (full or per block) for one sequence."""
+    from poslab.model.attention import with_sink
+
+    mask = torch.zeros(1, 4, 8, 8)
+    keys = values = torch.randn(16, 4, 8, 5)
+    out, keys2, values2 = with_sink(mask, keys, values, torch.zeros(4))
+    assert out.shape == (1, 4, 8, 9) and keys2.shape == values2.shape == (16, 4, 9, 5)
+
+
+def test_attention_statistics_of_a_model_with_sinks_count_the_sinks_share():
+    """The recorded rows sum to 1 minus what the sink took: the check adds the sink's share."""
+    from poslab.analysis.attention import attention_statistics
+
+    gpt = model("alibi", SDPA(), sinks=True).float()
+    stats = attention_statistics(gpt, torch.randint(0, 17, (2, 12)), train_length=6)
+    assert stats.max_row_error < 1e-5 and stats.max_future_weight == 0
+
+
+def test_a_schedule_with_pope_is_refused_by_linear_attention():
+    config = GPTConfig(vocab_size=17, n_layer=2, n_head=2, d_model=8)
+    pos = {"_target_": "poslab.positions.schedule.Schedule", "layers": ["pope", "nope"]}
+    with pytest.raises(ConfigError, match="attention=linear cannot serve"):
+        GPT(config, build_scheme(pos, config), LinearAttention())

@@ -567,3 +567,24 @@ def write_figures(rows: list[dict]) -> list:
     from poslab.report.files import report_figures
 
     return list(report_figures(rows, "title", "scheme", "comparison", baseline="rope"))
+
+
+def test_merged_seeds_average_the_gain_by_distance_token_weighted():
+    from poslab.report.seeds import merge_seeds
+
+    def row(gain: float) -> dict:
+        return {
+            "scheme": "rope",
+            "mode": "nonoverlapping",
+            "length": 32,
+            "train_length": 16,
+            "status": "ok",
+            "ppl": 10.0,
+            "loss": 2.3,
+            "context_gain": gain,
+            "gain_by_distance": [[0, 0.0, 5], [16, gain, 5]],
+        }
+
+    (merged,) = merge_seeds([(1, [row(0.2)]), (2, [row(0.6)])], "rope")
+    assert merged["context_gain"] == pytest.approx(0.4)
+    assert merged["gain_by_distance"] == [[0, 0.0, 10], [16, pytest.approx(0.4), 10]]

@@ -66,13 +66,25 @@ class AttentionRecorder(Blockwise):
         decay: Tensor | None = None,
         sinks: Tensor | None = None,
     ) -> Tensor:
-        """Blockwise's weights of one query block (its __call__ runs the blocks), recorded."""
+        """Blockwise's weights of one query block (its __call__ runs the blocks), recorded.
+        With sinks (model.sinks) a row's weights sum to 1 minus the sink's share, which is
+        recorded with them: the check is that the two make 1, and the distance statistics
+        count the sink's share as attention to no key."""
         weights = super().weights(q, k, pos, prepared, layer, start, end, decay, sinks)
-        self.record(weights, layer, start, end)
+        sink_share = None
+        if sinks is not None:
+            scores = self.scores(q, k, pos, prepared, layer, start, end, decay)
+            with torch.autocast(device_type=q.device.type, enabled=False):
+                lse = torch.logsumexp(scores, dim=-1)  # (B, H, Tq)
+                sink_share = torch.sigmoid(sinks.float()[:, None] - lse)
+        self.record(weights, layer, start, end, sink_share)
         return weights
 
-    def record(self, weights: Tensor, layer: int, start: int, end: int) -> None:
-        """Add the statistics of weights (B, H, end − start, end) of queries start..end−1."""
+    def record(
+        self, weights: Tensor, layer: int, start: int, end: int, sink_share: Tensor | None = None
+    ) -> None:
+        """Add the statistics of weights (B, H, end − start, end) of queries start..end−1
+        (`sink_share` (B, H, end − start): the share each row gave a sink)."""
         w = weights.double()
         m = torch.arange(start, end, device=w.device)[:, None]
         n = torch.arange(end, device=w.device)[None, :]
@@ -82,7 +94,8 @@ class AttentionRecorder(Blockwise):
         self.far_sum[layer] += torch.einsum("bhqk,qk->h", w, far).cpu()
         self.queries[layer] += w.shape[0] * (end - start)
         self.far_queries[layer] += w.shape[0] * max(0, end - max(start, self.train_length))
-        self.max_row_error = max(self.max_row_error, float((w.sum(-1) - 1).abs().max()))
+        total = w.sum(-1) + (0 if sink_share is None else sink_share.double())
+        self.max_row_error = max(self.max_row_error, float((total - 1).abs().max()))
         future = (distance < 0).expand_as(w)
         if future.any():
             self.max_future_weight = max(self.max_future_weight, float(w[future].abs().max()))

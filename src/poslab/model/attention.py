@@ -177,7 +177,8 @@ def with_sink(
     score is the bias column, the head's sink logit) with a zero value. Softmax then divides by
     Σ_j e^{s_ij} + e^{sink}: gpt-oss's softmax over [scores, sink] with the sink's weight
     dropped."""
-    batch, heads = max(mask.shape[0], keys.shape[0]), keys.shape[1]
+    # the mask keeps its own batch (1 when shared: SDPA broadcasts it), as CausalBias sized it
+    batch, heads = mask.shape[0], keys.shape[1]
     mask = mask.expand(batch, heads, *mask.shape[-2:])
     column = sinks.to(mask.dtype)[None, :, None, None].expand(batch, heads, mask.shape[-2], 1)
     # q·k and the values may differ in width (PoPE's keys are twice the values' dims)

@@ -89,6 +89,8 @@ class Schedule(PositionalScheme):
         self.needs = max((m.needs for m in members.values()), key=NEEDS.index)
         self.shift_invariant = all(type(m).shift_invariant for m in members.values())
         self.reads_positions = any(type(m).reads_positions for m in members.values())
+        # a kernel that refuses wide q and k (linear attention, PoPE's) refuses the schedule
+        self.widens_keys = any(type(m).widens_keys for m in members.values())
 
     def member(self, layer: int) -> PositionalScheme:
         return self.members[self.pattern[layer % len(self.pattern)]]

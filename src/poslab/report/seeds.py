@@ -38,10 +38,13 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
     return mean, statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def mean_buckets(rows: list[dict]) -> list[list] | None:
-    """The loss-by-position buckets averaged over seeds (token-weighted), when every seed has the
-    same buckets; None otherwise."""
-    all_buckets = [r.get("loss_by_position") for r in rows]
+BUCKETED = ("loss_by_position", "gain_by_distance")  # [start, mean, count] per bucket
+
+
+def mean_buckets(rows: list[dict], key: str = "loss_by_position") -> list[list] | None:
+    """The buckets of `key` (loss by position, context gain by distance) averaged over seeds
+    (token-weighted), when every seed has the same buckets; None otherwise."""
+    all_buckets = [r.get(key) for r in rows]
     if not all(all_buckets) or len({tuple(b[0] for b in bs) for bs in all_buckets}) != 1:
         return None
     merged = []
@@ -134,7 +137,7 @@ def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
     merged = []
     for key, seeded in cells.items():
         rows = [r for _, r in seeded]
-        row = {k: v for k, v in rows[0].items() if k not in METRICS and k != "loss_by_position"}
+        row = {k: v for k, v in rows[0].items() if k not in METRICS and k not in BUCKETED}
         row.update(scheme=scheme, n_seeds=len(rows), seeds=" ".join(str(s) for s, _ in seeded))
         skipped = [r for r in rows if str(r["status"]).startswith("skipped")]
         if skipped:
@@ -149,9 +152,10 @@ def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
                     row[metric], row[f"{metric}_sd"] = mean_sd(values)
             if len(ratios.get(key, [])) == len(rows):
                 row["ratio"], row["ratio_sd"] = mean_sd(ratios[key])
-            buckets = mean_buckets(rows)
-            if buckets:
-                row["loss_by_position"] = buckets
+            for bucketed in BUCKETED:
+                buckets = mean_buckets(rows, bucketed)
+                if buckets:
+                    row[bucketed] = buckets
             row["by_condition"] = mean_conditions(rows)
             row["per_seed"] = kept.get(key, {})
             if is_finite(rows[0].get("examples")):  # what an accuracy's interval counts

@@ -280,7 +280,7 @@ def _check_model(config: dict[str, Any]) -> tuple[Any, Any]:
     gpt_config = gpt_config_of(config, vocab_size=2)
     scheme = build_scheme(config["pos"], gpt_config)
     kernel = instantiate_checked(attention_config(config))
-    kernel.check(scheme, gpt_config.dropout)
+    kernel.check(scheme, gpt_config.dropout, gpt_config.sinks)
     accelerator = str(config["trainer"].get("accelerator", "auto"))
     if (
         str(config["trainer"].get("precision")) == "16-mixed"
