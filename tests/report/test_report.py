@@ -553,9 +553,9 @@ def test_rows_that_measured_context_use_get_their_figure_and_others_none(tmp_pat
     figure = context_figure(rows, "scheme")
     left, right = figure.axes[:2]
     schemes = {r["scheme"] for r in rows if r.get("context_gain") is not None}
-    assert len(schemes) == 6
-    assert len([ln for ln in left.get_lines() if ln.get_label() in schemes]) == 6
-    assert len(right.get_lines()) >= 6
+    assert len(schemes) >= 6  # rope, alibi, nope and the eval-time kinds on rope
+    assert len([ln for ln in left.get_lines() if ln.get_label() in schemes]) == len(schemes)
+    assert len(right.get_lines()) >= len(schemes)
     plt.close(figure)
     plain = [{k: v for k, v in r.items() if "gain" not in k} for r in rows]
     assert context_figure(plain, "scheme") is None
