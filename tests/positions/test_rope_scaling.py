@@ -522,10 +522,19 @@ def test_longrope_at_factor_one_applies_its_short_factors_and_no_temperature():
 # ---- selfextend and lminfinite against their formulas, in float64 ---------------------------
 
 
-def rotate64(x: torch.Tensor, position: torch.Tensor, theta: torch.Tensor, pairing: str, r: int):
-    """x (…, D) turned by position·θ in float64 (rotary dims r), by hand."""
+def rotate64(
+    x: torch.Tensor,
+    position: torch.Tensor,
+    theta: torch.Tensor,
+    pairing: str,
+    r: int,
+    per_pair: bool = False,
+):
+    """x (…, D) turned by position·θ in float64 (rotary dims r), by hand; `per_pair`: position
+    (…, R/2) gives each pair its own (dpe's bands)."""
     x = x.double().clone()
-    angles = position.double()[..., None] * theta.double()
+    position = position.double() if per_pair else position.double()[..., None]
+    angles = position * theta.double()
     cos, sin = torch.cos(angles), torch.sin(angles)
     if pairing == "interleaved":
         a, b = x[..., 0:r:2].clone(), x[..., 1:r:2].clone()
@@ -805,20 +814,6 @@ def test_new_kinds_evaluate_a_rope_checkpoint_at_16x(trained_runs):
             assert by_length[16]["ppl"] == pytest.approx(base[16]["ppl"], rel=1e-3)
 
 
-def rotate64_per_pair(x, positions, theta, pairing, r):  # noqa: ANN001, ANN201
-    """x (N, D) turned pair i by positions[:, i]·θ_i in float64, by hand."""
-    x = x.double().clone()
-    angles = positions.double() * theta.double()
-    cos, sin = torch.cos(angles), torch.sin(angles)
-    if pairing == "interleaved":
-        a, b = x[..., 0:r:2].clone(), x[..., 1:r:2].clone()
-        x[..., 0:r:2], x[..., 1:r:2] = a * cos - b * sin, a * sin + b * cos
-    else:
-        a, b = x[..., : r // 2].clone(), x[..., r // 2 : r].clone()
-        x[..., : r // 2], x[..., r // 2 : r] = a * cos - b * sin, a * sin + b * cos
-    return x
-
-
 @pytest.mark.parametrize("pairing,fraction", FEW_LAYOUTS)
 @pytest.mark.parametrize("groups,window", [((1, 2, 4, 8), 8), ((3, 1), None), ((2,), 5)])
 @pytest.mark.parametrize("offset", [0, 37])
@@ -843,8 +838,8 @@ def test_dpe_equals_the_references_formula(pairing, fraction, groups, window, of
     qpos = torch.where(near, (m + offset)[:, None].double(), m[:, None] // group + w - w / group)
     kpos = torch.where(near, (n + offset)[:, None].double(), n[:, None] // group)
     theta, r = scheme.frequencies(), scheme.rotary_dims
-    qr = rotate64_per_pair(q[..., m, :], qpos, theta, scheme.pairing, r)
-    kr = rotate64_per_pair(k[..., n, :], kpos, theta, scheme.pairing, r)
+    qr = rotate64(q[..., m, :], qpos, theta, scheme.pairing, r, per_pair=True)
+    kr = rotate64(k[..., n, :], kpos, theta, scheme.pairing, r, per_pair=True)
     expected = (qr * kr).sum(-1) / math.sqrt(16)
     torch.testing.assert_close(got[..., m, n].double(), expected, atol=2e-5, rtol=1e-5)
 

@@ -356,6 +356,7 @@ class AttentionKernel:
         require("attention.block_size", block_size, integer(1))
         self.block_size = block_size
         self.window = check_windows(window)
+        self.sinks = False  # set by `check`: the model's layers hand it sink logits
 
     @classmethod
     def row_label(cls, options: dict[str, Any]) -> str:
@@ -375,6 +376,7 @@ class AttentionKernel:
         return self.window
 
     def check_sinks(self, sinks: bool) -> None:
+        self.sinks = sinks
         if sinks and not self.serves_sinks:
             raise ConfigError(
                 f"model.sinks=true: attention={self.name} cannot add a sink key (FlexAttention's "
@@ -453,8 +455,8 @@ class SDPA(AttentionKernel):
         self, pos: Any, prepared: Any, dtype: torch.dtype, layer: int, decay: Tensor | None = None
     ) -> CausalBias | None:
         needs, window = pos.layer_needs(layer), self.window_of(layer)
-        if needs == "nothing" and decay is None and window is None:
-            return None  # plain causal attention: the flash kernel
+        if needs == "nothing" and decay is None and window is None and not self.sinks:
+            return None  # plain causal attention: the flash kernel (a sink is a bias column)
         return CausalBias(
             _bias_fn(pos, layer) if needs == "bias" else None,
             prepared.fp32,
@@ -487,11 +489,6 @@ class SDPA(AttentionKernel):
             # a decay alone (FoX): the fused kernel with −c_j as a key dimension, no (T, T) bias
             return decay_attention(q, k, v, decay).to(compute_dtype(q.dtype, q.device.type))
         bias = state if _shared(pos, self) else self._bias(pos, prepared, q.dtype, layer, decay)
-        if bias is None and sinks is not None:  # the sink is a column of a bias: a causal one
-            dtype = compute_dtype(q.dtype, q.device.type)
-            bias = CausalBias(
-                None, prepared.fp32, pos.n_head, dtype, self.block_size, self.full_bias_bytes
-            )
         return causal_attention(q, k, v, prepared.fp32, dropout_p=dropout_p, bias=bias, sinks=sinks)
 
 

@@ -148,7 +148,7 @@ class Linear(AttentionKernel):
                 "(SSMax's s·log n, eval.logn_scaling or yarn's attention factor): it scales "
                 "softmax scores, and here it would scale only the numerator; leave them off"
             )
-        super().check(pos, dropout)
+        super().check(pos, dropout, sinks)
 
     def features(
         self, q: Tensor, k: Tensor, pos: Any, prepared: Any, layer: int
