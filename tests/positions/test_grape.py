@@ -43,10 +43,12 @@ def reference_bias(p: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return bias.masked_fill(~seen, -math.inf)
 
 
-def features64(scheme: GrapeAP, k: torch.Tensor, layer: int) -> torch.Tensor:
+def features64(scheme: GrapeAP, x: torch.Tensor, k: torch.Tensor, layer: int) -> torch.Tensor:
+    """p (B, H, T, d): the reference's c_p(x) per head, or the key (tied, `pktie`)."""
     if scheme.projection is None:
         return k.double()
-    return k.double() @ scheme.projection[layer].double().transpose(-1, -2)
+    weight = scheme.projection[layer].double()  # (H, p_dim, d_model)
+    return torch.einsum("btd,hpd->bhtp", x.double(), weight)
 
 
 def scheme(p_dim: int | None = 8, n_layer: int = 2, seed: int = 0, **options) -> GrapeAP:  # noqa: ANN003
@@ -65,21 +67,23 @@ def test_modify_scores_and_gradients_equal_the_reference(p_dim, start, per_seque
     pos = scheme(p_dim)
     gen = torch.Generator().manual_seed(1)
     k = torch.randn(2, N_HEAD, T, HEAD_DIM, generator=gen, dtype=torch.float64) * 2
-    k.requires_grad_(True)
+    x = torch.randn(2, T, D_MODEL, generator=gen, dtype=torch.float64) * 2
+    k.requires_grad_(True), x.requires_grad_(True)
     scores = torch.randn(2, N_HEAD, T - start, T, generator=gen, dtype=torch.float64)
     positions = torch.arange(T) * 3 + 5  # not 0..T−1: the angles are the positions
     if per_sequence:
         positions = torch.stack([positions, torch.arange(T) + 40])
     fp32 = positions.float()
     mask = future(T - start, T)
-    ours = pos.modify_scores(scores, k[:, :, start:], k, mask, fp32[..., start:], fp32, 1)
+    data = pos.layer_data(x, 1)
+    ours = pos.modify_scores(scores, k[:, :, start:], k, mask, fp32[..., start:], fp32, 1, data)
     assert ours.dtype == torch.float32 and ours.shape == scores.shape
-    theirs = scores + reference_bias(features64(pos, k, 1), positions)[:, :, start:]
+    theirs = scores + reference_bias(features64(pos, x, k, 1), positions)[:, :, start:]
     seen = ~mask.expand_as(ours)
     torch.testing.assert_close(ours.double()[seen], theirs[seen], rtol=1e-5, atol=1e-5)
     assert (ours.double() - scores)[seen].abs().max() > 0.1  # the bias is not vacuous
     weights = torch.randn(theirs.shape, generator=gen, dtype=torch.float64).masked_fill(~seen, 0)
-    wrt = [k] + ([pos.projection] if p_dim else [])
+    wrt = [x, pos.projection] if p_dim else [k]
     grads_ours = torch.autograd.grad((ours.double() * weights).sum(), wrt)
     grads_theirs = torch.autograd.grad((theirs.masked_fill(~seen, 0) * weights).sum(), wrt)
     for a, b in zip(grads_ours, grads_theirs, strict=True):
@@ -108,7 +112,7 @@ def reference_layer(gpt: GPT, x: torch.Tensor, layer: int) -> torch.Tensor:
         for t in qkv.split(D_MODEL, dim=-1)
     )
     scores = q @ k.transpose(-1, -2) / math.sqrt(HEAD_DIM)
-    scores = scores + reference_bias(features64(pos, k, layer), torch.arange(seq_len))
+    scores = scores + reference_bias(features64(pos, x, k, layer), torch.arange(seq_len))
     y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(batch, seq_len, D_MODEL)
     return y @ attn.proj.weight.T + attn.proj.bias
 
@@ -155,17 +159,18 @@ def test_kernels_without_the_scores_refuse_it_in_one_line(kernel):
 # properties of the path sum
 
 
-def bias_of(pos: GrapeAP, k: torch.Tensor, positions: torch.Tensor, layer: int = 0) -> torch.Tensor:
+def bias_of(
+    pos: GrapeAP, k: torch.Tensor, positions: torch.Tensor, data: torch.Tensor | None = None
+) -> torch.Tensor:
     """The bias alone (scores of 0), −inf above the diagonal."""
     mask = future(k.shape[-2], k.shape[-2])
     zero = torch.zeros(*k.shape[:2], k.shape[-2], k.shape[-2])
-    return pos.modify_scores(zero, k, k, mask, positions, positions, layer).masked_fill(
-        mask, -math.inf
-    )
+    out = pos.modify_scores(zero, k, k, mask, positions, positions, 0, data)
+    return out.masked_fill(mask, -math.inf)
 
 
 def test_the_bias_is_zero_on_the_diagonal_and_falls_along_the_path():
-    pos = scheme()
+    pos = scheme(p_dim=None)  # p = k
     k = torch.randn(1, N_HEAD, 12, HEAD_DIM) * 3
     positions = torch.arange(12).float()
     bias = bias_of(pos, k, positions)[0]
@@ -173,7 +178,7 @@ def test_the_bias_is_zero_on_the_diagonal_and_falls_along_the_path():
     rows, cols = torch.tril_indices(12, 12, offset=-1)
     steps = bias[:, rows, cols] - bias[:, rows, cols + 1]  # b(t, j) − b(t, j+1) = ψ(t, j+1)
     assert (steps < 0).all()  # log σ < 0: every edge costs, by an amount the content sets
-    potentials = pos.edge_potentials(pos.features(k), positions, 12)[0]
+    potentials = pos.edge_potentials(k, positions, 12)[0]
     torch.testing.assert_close(steps, potentials[:, rows, cols + 1])
     assert steps.std() > 0.05 * steps.abs().mean()  # not a constant slope: not ALiBi
 
@@ -182,8 +187,8 @@ def test_the_edges_depend_on_the_query_not_only_on_the_key():
     """What sets GRAPE-AP apart from FoX (edges from the key alone, b = c_t − c_j): the same
     edge ℓ costs differently for different queries t."""
     pos = scheme()
-    k = torch.randn(1, N_HEAD, 10, HEAD_DIM) * 3
-    potentials = pos.edge_potentials(pos.features(k), torch.arange(10).float(), 10)[0]
+    p = pos.layer_data(torch.randn(1, 10, D_MODEL) * 6, 0).detach()
+    potentials = pos.edge_potentials(p, torch.arange(10).float(), 10)[0]
     # edge ℓ = 2 seen from queries 2..9 (a column of ψ over the rows that see it)
     assert potentials[:, 2:, 2].std(dim=-1).min() > 1e-3
 
@@ -196,14 +201,14 @@ def test_p_zero_is_alibi_with_slopes_times_log_2():
         pos.projection.zero_()
     k = torch.randn(2, N_HEAD, 11, HEAD_DIM)
     positions = torch.arange(11).float() * 7 + 3
-    bias = bias_of(pos, k, positions)
+    bias = bias_of(pos, k, positions, pos.layer_data(torch.randn(2, 11, D_MODEL), 0))
     alibi = ALiBi(D_MODEL, N_HEAD).attention_bias(positions / 7, positions / 7) * math.log(2)
     seen = ~future(11, 11)
     torch.testing.assert_close(bias[..., seen], alibi.expand_as(bias)[..., seen])
 
 
 def test_the_angle_is_the_keys_position_so_an_offset_shows():
-    pos = scheme()
+    pos = scheme(p_dim=None)
     k = torch.randn(1, N_HEAD, 8, HEAD_DIM) * 3
     positions = torch.arange(8).float()
     seen = ~future(8, 8)
@@ -214,7 +219,7 @@ def test_the_angle_is_the_keys_position_so_an_offset_shows():
 
 
 def test_fp32_under_bf16_autocast():
-    pos = scheme()
+    pos = scheme(p_dim=None)
     k = torch.randn(1, N_HEAD, 7, HEAD_DIM)
     positions = torch.arange(7).float() + 300  # above 256: bf16 positions would collide
     plain = bias_of(pos, k, positions)
@@ -227,7 +232,7 @@ def test_fp32_under_bf16_autocast():
 
 def test_masked_scores_make_no_nan():
     """The kernel may pass −inf for the keys a query may not see: they stay out of the bias."""
-    pos = scheme()
+    pos = scheme(p_dim=None)
     k = torch.randn(1, N_HEAD, 6, HEAD_DIM)
     mask = future(6, 6)
     scores = torch.zeros(1, N_HEAD, 6, 6).masked_fill(mask, -math.inf)
@@ -241,7 +246,9 @@ def test_masked_scores_make_no_nan():
 
 def test_a_projection_per_layer_and_head_or_none_when_tied_to_the_key():
     pos = scheme(p_dim=8, n_layer=3)
-    assert pos.projection.shape == (3, N_HEAD, 8, HEAD_DIM) and pos.per_layer
+    assert pos.projection.shape == (3, N_HEAD, 8, D_MODEL) and pos.per_layer
+    big = GrapeAP(256, 4, n_layer=2)  # the reference's init: std 0.5/√d_model
+    assert abs(big.projection.std().item() - 0.5 / 16) < 2e-3
     assert list(pos.state_dict()) == ["projection"]  # the slopes are rebuilt from the rule
     tied = scheme(p_dim=None)
     assert tied.projection is None and tied.state_dict() == {}

@@ -65,15 +65,16 @@ class AttentionRecorder(Blockwise):
         end: int,
         decay: Tensor | None = None,
         sinks: Tensor | None = None,
+        data: Any = None,
     ) -> Tensor:
         """Blockwise's weights of one query block (its __call__ runs the blocks), recorded.
         With sinks (model.sinks) a row's weights sum to 1 minus the sink's share, which is
         recorded with them: the check is that the two make 1, and the distance statistics
         count the sink's share as attention to no key."""
-        weights = super().weights(q, k, pos, prepared, layer, start, end, decay, sinks)
+        weights = super().weights(q, k, pos, prepared, layer, start, end, decay, sinks, data)
         sink_share = None
         if sinks is not None:
-            scores = self.scores(q, k, pos, prepared, layer, start, end, decay)
+            scores = self.scores(q, k, pos, prepared, layer, start, end, decay, data)
             with torch.autocast(device_type=q.device.type, enabled=False):
                 lse = torch.logsumexp(scores, dim=-1)  # (B, H, Tq)
                 sink_share = torch.sigmoid(sinks.float()[:, None] - lse)

@@ -421,10 +421,12 @@ class AttentionKernel:
         dropout_p: float,
         decay: Tensor | None = None,
         sinks: Tensor | None = None,
+        data: Any = None,
     ) -> Tensor:
         """One layer's attention. `decay` (B, H, T): a data-dependent score bias c_i − c_j of
         this layer (FoX), None for every other scheme. `sinks` (H,): this layer's sink logits
-        (model.sinks), None without sinks."""
+        (model.sinks), None without sinks. `data`: what the scheme read from this layer's input
+        for its score hook (`layer_data`: PaTH, GRAPE), None for every other scheme."""
         raise NotImplementedError
 
 
@@ -484,7 +486,9 @@ class SDPA(AttentionKernel):
         fp32 = compute_dtype(q.dtype, q.device.type) == torch.float32
         return dropout_p == 0 and (q.device.type == "cpu" or fp32)
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
+    def __call__(
+        self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None, data=None
+    ):  # noqa: ANN001
         if sinks is None and self._decay_as_key(q, pos, layer, dropout_p, decay):
             # a decay alone (FoX): the fused kernel with −c_j as a key dimension, no (T, T) bias
             return decay_attention(q, k, v, decay).to(compute_dtype(q.dtype, q.device.type))
@@ -507,6 +511,7 @@ class Blockwise(AttentionKernel):
         start: int,
         end: int,
         decay: Tensor | None = None,
+        data: Any = None,
     ) -> Tensor:
         """fp32 scores (B or 1, H, end − start, end) of queries start..end−1 over keys
         0..end−1, every scheme hook applied, hidden keys at −inf."""
@@ -533,6 +538,7 @@ class Blockwise(AttentionKernel):
                     positions[..., start:end],
                     positions[..., :end],
                     layer,
+                    data,
                 )
             if decay is not None:
                 decay = decay.float()
@@ -550,25 +556,32 @@ class Blockwise(AttentionKernel):
         end: int,
         decay: Tensor | None = None,
         sinks: Tensor | None = None,
+        data: Any = None,
     ) -> Tensor:
         """fp32 attention probabilities (B or 1, H, end − start, end) of queries start..end−1
         over keys 0..end−1, every scheme hook applied: the reference definition of attention
         (also used by analysis tools that look at the weights). With `sinks` (H,) the softmax
         runs over the scores and each head's sink logit, and the sink's weight is dropped: a
         row then sums to less than 1."""
-        scores = self.scores(q, k, pos, prepared, layer, start, end, decay)
+        scores = self.scores(q, k, pos, prepared, layer, start, end, decay, data)
         with torch.autocast(device_type=q.device.type, enabled=False):
             if sinks is None:
                 return torch.softmax(scores, dim=-1)
             column = sinks.float()[:, None, None].expand(*scores.shape[:-1], 1)
             return torch.softmax(torch.cat([column, scores], dim=-1), dim=-1)[..., 1:]
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
+    def __call__(
+        self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None, data=None
+    ):  # noqa: ANN001
+        plain = decay is None and sinks is None and dropout_p == 0 and self.window_of(layer) is None
+        fused = pos.attend(q, k, v, data, layer) if plain and self.softmax else None
+        if fused is not None:  # the scheme's own kernel (PaTH's fla kernel on a GPU)
+            return fused
         seq_len = q.shape[-2]
         outputs = []
         for start in range(0, seq_len, self.block_size):
             end = min(start + self.block_size, seq_len)
-            weights = self.weights(q, k, pos, prepared, layer, start, end, decay, sinks)
+            weights = self.weights(q, k, pos, prepared, layer, start, end, decay, sinks, data)
             weights = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
             outputs.append(weights.to(v.dtype) @ v[:, :, :end])
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
@@ -614,8 +627,8 @@ class StickBreaking(Blockwise):
                 "no key to attend to; widen the window or set attention.attend_current=true"
             )
 
-    def weights(self, q, k, pos, prepared, layer, start, end, decay=None, sinks=None):  # noqa: ANN001
-        z = self.scores(q, k, pos, prepared, layer, start, end, decay)
+    def weights(self, q, k, pos, prepared, layer, start, end, decay=None, sinks=None, data=None):  # noqa: ANN001, E501
+        z = self.scores(q, k, pos, prepared, layer, start, end, decay, data)
         with torch.autocast(device_type=q.device.type, enabled=False):
             visible = torch.isfinite(z)
             if not self.attend_current:  # the diagonal: key start + r for query row r
@@ -650,7 +663,9 @@ class Flex(AttentionKernel):
         # one mask for every layer, or the block masks that the layers of this forward share
         return self._mask(pos, prepared, 0) if _shared(pos, self) else {}
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
+    def __call__(
+        self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None, data=None
+    ):  # noqa: ANN001
         if isinstance(state, FlexMask):  # shared by every layer
             return flex_causal_attention(q, k, v, state)
         cache = state if isinstance(state, dict) else None
@@ -690,8 +705,10 @@ class Auto(AttentionKernel):
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
         return self.chosen.begin(pos, prepared, dtype)
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
-        return self.chosen(q, k, v, pos, prepared, state, layer, dropout_p, decay, sinks)
+    def __call__(
+        self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None, data=None
+    ):  # noqa: ANN001
+        return self.chosen(q, k, v, pos, prepared, state, layer, dropout_p, decay, sinks, data)
 
 
 def _flex_bias(pos: Any, prepared: Any, layer: int) -> ScoreBias | Tensor:

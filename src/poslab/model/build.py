@@ -121,7 +121,9 @@ def _probe(scheme: Any, seq_len: int) -> list[Any]:
                     q_rot, k_rot = outputs[1:3]
                     scores = q_rot @ k_rot.transpose(-1, -2)
                     fp32 = prepared.fp32
-                    outputs.append(scheme.modify_scores(scores, q_rot, k_rot, future, fp32, fp32))
+                    data = scheme.layer_data(x, 0)
+                    scores = scheme.modify_scores(scores, q_rot, k_rot, future, fp32, fp32, 0, data)
+                    outputs.append(scores)
             results.append([o.numpy().tobytes() for o in outputs])
         except ConfigError as err:
             results.append(type(err).__name__)

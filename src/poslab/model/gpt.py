@@ -90,7 +90,8 @@ class CausalSelfAttention(nn.Module):
             q, k = pos.rotate(q, k, prepared, layer)
         dropout = self.dropout if self.training else 0.0
         decay = pos.data_decay(x, layer)  # a data-dependent bias (FoX), None for most schemes
-        y = kernel(q, k, v, pos, prepared, state, layer, dropout, decay, self.sinks)
+        data = pos.layer_data(x, layer)  # what the score hook reads from x (PaTH), or None
+        y = kernel(q, k, v, pos, prepared, state, layer, dropout, decay, self.sinks, data)
         y = y.transpose(1, 2)  # (B, T, H, head_dim)
         if self.gate is not None:  # (B, T, H, 1) headwise or (B, T, H, head_dim) elementwise
             y = y * torch.sigmoid(self.gate(x)).view(batch, seq_len, self.n_head, -1)

@@ -167,6 +167,8 @@ class Linear(AttentionKernel):
         q_rot, k_rot = pos.rotate(q_phi, k_phi, prepared, layer)  # identity for most schemes
         return q_rot, k_rot, q_phi, k_phi
 
-    def __call__(self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None):  # noqa: ANN001
+    def __call__(
+        self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None, data=None
+    ):  # noqa: ANN001
         q_num, k_num, q_den, k_den = self.features(q, k, pos, prepared, layer)
         return causal_linear_attention(q_num, k_num, q_den, k_den, v, self.chunk_size, self.eps)

@@ -9,7 +9,11 @@ A scheme can act in four places; the model calls every hook for every scheme, ne
 4. ``modify_scores``: a change of the scores that needs the queries and the scores themselves
    (CoPE);
 5. ``data_decay``: a data-dependent bias c_i − c_j from the layer's input, c (B, H, T) a cumulative
-   sum per token (FoX's log forget gates).
+   sum per token (FoX's log forget gates);
+6. ``layer_data``: what ``modify_scores`` reads from the layer's input besides q and k (PaTH's
+   Householder vectors, GRAPE's positional features), handed to it as ``data``; and ``attend``,
+   a scheme's own fused kernel for the whole attention where one is installed (PaTH's fla
+   Triton kernel on a GPU), which the blockwise kernel prefers when it returns a result.
 
 A scheme declares what it needs from the attention kernel in ``needs``: ``"nothing"`` (hooks 1–2
 only), ``"decay"`` (hook 5), ``"bias"`` (hook 3) or ``"scores"`` (hook 4). Each kernel
@@ -194,12 +198,26 @@ class PositionalScheme(nn.Module):
         q_positions: Tensor,
         k_positions: Tensor,
         layer: int = 0,
+        data: Any = None,
     ) -> Tensor:
         """For needs == "scores": the scaled fp32 scores (B, H, Tq, Tk) of queries q
         (B, H, Tq, D) over keys k (B, H, Tk, D) (as `rotate` left them, fp32), a block of queries
         at fp32 positions (…, Tq) over keys 0..Tk−1 at (…, Tk); `future` (Tq, Tk) marks the
-        masked keys -> new scores."""
+        masked keys; `data`: what `layer_data` read from this layer's input -> new scores."""
         raise NotImplementedError(f"{type(self).__name__} does not change the scores")
+
+    def layer_data(self, x: Tensor, layer: int = 0) -> Any:
+        """For needs == "scores": what `modify_scores` needs from the layer's normalised input
+        x (B, T, d_model) beyond q and k, computed once per layer and forward; None for
+        schemes that read q and k alone."""
+        return None
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, data: Any, layer: int = 0) -> Tensor | None:
+        """The causal softmax attention (B, H, T, D) of a layer by a fused kernel of the
+        scheme's own, or None (the default) for the kernel's own computation from the hooks.
+        The blockwise kernel asks only when nothing else enters the scores (no window, decay,
+        sinks or dropout), so a fused kernel computes exactly what `modify_scores` defines."""
+        return None
 
     def data_decay(self, x: Tensor, layer: int = 0) -> Tensor | None:
         """For needs == "decay": the layer's normalised input x (B, T, d_model) -> c (B, H, T)

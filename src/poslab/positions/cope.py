@@ -49,6 +49,7 @@ class CoPE(PositionalScheme):
         q_positions: Tensor,
         k_positions: Tensor,
         layer: int = 0,
+        data: Any = None,
     ) -> Tensor:
         logits = q.float() @ self.pos_emb.float().t()  # (B, H, Tq, npos): q·e[k]
         return ContextualScores.apply(scores, logits.to(scores.dtype), future)

@@ -114,6 +114,7 @@ class DAPE(PositionalScheme):
         q_positions: Tensor,
         k_positions: Tensor,
         layer: int = 0,
+        data: Any = None,
     ) -> Tensor:
         with torch.autocast(device_type=scores.device.type, enabled=False):
             scores = scores.float()

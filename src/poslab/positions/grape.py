@@ -16,16 +16,13 @@ model/llama-mha-grape-ap-v1.py (commit 431bad17): the slopes (lines 47–61), th
 base 1 (126–128), the bias (170–185; p_t raw on the query side, normalised on the key side, as
 there, where the paper's Eq. 5.1 normalises both).
 
-What differs, because a scheme's score hook sees the keys, not the layer's input: the reference
-projects p from the layer's input x (p = W x, `p_head_dim` = 8 in its runs) or ties it to the
-queries, keys or values (`p_tie_mode`). Here p comes from each head's key k as the kernel hands
-it over: p = W k, W a learned `p_dim` × head_dim matrix per layer and head (started at
-N(0, 1/head_dim)), so p = W (W_k x + b_k) is a projection of x confined to the key's row space,
-sharing the key's bias; or p = k itself with p_dim=null (the reference's `pktie`, though poslab
-has no QK-RMSNorm before it). The angle ℓ is the scheme's position of the key (0..T−1 in
-evaluation, the reference's token index; randomized or offset positions where given), so the
-bias is not a function of t − j alone. The reference builds the (T, T) bias for SDPA; here it
-is built per block of queries.
+p comes from the layer's normalised input x, p = W x per head (`p_dim` = 8 dims, the paper's
+runs; W started normal with std 0.5/√d_model, the reference's init_llama_mha_weights for a
+hidden matrix), through `layer_data`; or p is the head's key itself with p_dim=null (the
+reference's `pktie`, though poslab has no QK-RMSNorm before it). The angle ℓ is the scheme's
+position of the key (0..T−1 in evaluation, the reference's token index; randomized or offset
+positions where given), so the bias is not a function of t − j alone. The reference builds the
+(T, T) bias for SDPA; here it is built per block of queries.
 
 Needs the scores (query t's own key is the last of the keys a block of queries is given), so it
 runs on the blockwise kernel. fp32 throughout, angles included, whatever the autocast dtype.
@@ -70,16 +67,18 @@ class GrapeAP(PositionalScheme):
         slopes = torch.tensor(alibi_slopes(n_head), dtype=torch.float32)
         self.register_buffer("slopes", slopes, persistent=False)  # rebuilt from the rule
         self.projection = None
-        if p_dim is not None:  # variance-preserving start: p about as large as k
-            shape = (self.n_layer, n_head, p_dim, self.head_dim)
-            self.projection = nn.Parameter(torch.randn(shape) * self.head_dim**-0.5)
+        if p_dim is not None:  # the reference's c_p, one per layer: (H · p_dim) × d_model
+            shape = (self.n_layer, n_head, p_dim, d_model)
+            self.projection = nn.Parameter(torch.randn(shape) * 0.5 * d_model**-0.5)
 
-    def features(self, k: Tensor, layer: int = 0) -> Tensor:
-        """p (B, H, T, d) in fp32 from keys k (B, H, T, head_dim)."""
-        k = k.float()
+    def layer_data(self, x: Tensor, layer: int = 0) -> Tensor | None:
+        """p (B, H, T, p_dim) in fp32 from the layer's normalised input x (B, T, d_model);
+        None with p_dim=null (p is then the key)."""
         if self.projection is None:
-            return k
-        return k @ self.projection[self.layer_index(layer)].float().transpose(-1, -2)
+            return None
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            weight = self.projection[self.layer_index(layer)].float()  # (H, p_dim, d_model)
+            return torch.einsum("btd,hpd->bhtp", x.float(), weight)
 
     def edge_potentials(self, p: Tensor, k_positions: Tensor, queries: int) -> Tensor:
         """ψ (B, H, Tq, Tk) for the last `queries` tokens of p (B, H, Tk, d) over all of them,
@@ -110,9 +109,11 @@ class GrapeAP(PositionalScheme):
         q_positions: Tensor,
         k_positions: Tensor,
         layer: int = 0,
+        data: Any = None,
     ) -> Tensor:
         with torch.autocast(device_type=scores.device.type, enabled=False):
-            p = self.features(k, layer)
+            # p of the keys 0..Tk−1: from x (layer_data), or the keys themselves (tied)
+            p = k.float() if data is None else data[..., : k.shape[-2], :].float()
             # a block of Tq queries comes with the keys up to its last query (blockwise), so
             # query r's own token is key Tk − Tq + r: its p is the query side's
             potentials = self.edge_potentials(p, k_positions, scores.shape[-2])

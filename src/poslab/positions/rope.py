@@ -200,6 +200,7 @@ class Rotary(PositionalScheme):
         q_positions: Tensor,
         k_positions: Tensor,
         layer: int = 0,
+        data: Any = None,
     ) -> Tensor:
         """Plain rotary scores for keys closer than the window, and beyond it the scores of
         queries and keys turned to other positions (positions/extensions/, `far_positions`):

@@ -120,9 +120,15 @@ class Schedule(PositionalScheme):
         member = self.member(layer)
         return member.flex_score_bias(member.layer_index(layer))
 
-    def modify_scores(self, scores, q, k, future, q_positions, k_positions, layer=0):  # noqa: ANN001, ANN201
+    def modify_scores(self, scores, q, k, future, q_positions, k_positions, layer=0, data=None):  # noqa: ANN001, ANN201
         member = self.member(layer)
-        return member.modify_scores(scores, q, k, future, q_positions, k_positions, layer)
+        return member.modify_scores(scores, q, k, future, q_positions, k_positions, layer, data)
+
+    def layer_data(self, x: Tensor, layer: int = 0) -> Any:
+        return self.member(layer).layer_data(x, layer)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, data: Any, layer: int = 0) -> Tensor | None:
+        return self.member(layer).attend(q, k, v, data, layer)
 
     def data_decay(self, x: Tensor, layer: int = 0) -> Tensor | None:
         return self.member(layer).data_decay(x, layer)
