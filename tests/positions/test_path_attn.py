@@ -273,22 +273,24 @@ def test_bad_options_are_one_line_config_errors(options, expected):
     not torch.cuda.is_available() or fla_kernel() is None, reason="needs a GPU with fla"
 )
 def test_fla_kernel_on_a_gpu_equals_the_chunked_path():
-    """`attend` runs fla's fused kernel; the chunked path (the blockwise kernel with a sink of
-    −inf would not ask it, so the weights path is called directly) must agree."""
+    """On a GPU with fla, the blockwise kernel hands a plain layer to fla's fused kernel
+    (`attend`); its output and gradients equal the chunked path's (`Blockwise.weights`, which
+    never asks `attend`), in fp32."""
     torch.manual_seed(0)
     pos = PaTH(256, 4, n_layer=1).cuda()
     x = torch.randn(2, 300, 256, device="cuda")
-    q, k, v = (torch.randn(2, 4, 300, 64, device="cuda") for _ in range(3))
+    q, k, v = (torch.randn(2, 4, 300, 64, device="cuda", requires_grad=True) for _ in range(3))
     data = pos.layer_data(x, 0)
-    fused = pos.attend(q, k, v, data, 0)
-    assert fused is not None
-    kernel = Blockwise()
-    chunks = [
-        kernel.weights(
-            q, k, pos, pos.prepare(torch.arange(300, device="cuda")), 0, 0, 300, data=data
-        )
-    ]
-    torch.testing.assert_close(fused, chunks[0] @ v, rtol=2e-3, atol=2e-3)
+    assert pos.attend(q, k, v, data, 0) is not None  # fla is there and takes these shapes
+    prepared = pos.prepare(torch.arange(300, device="cuda"))
+    fused = Blockwise()(q, k, v, pos, prepared, None, 0, 0.0, data=data)
+    chunked = Blockwise().weights(q, k, pos, prepared, 0, 0, 300, data=data) @ v
+    torch.testing.assert_close(fused, chunked, rtol=2e-3, atol=2e-3)
+    wrt = [q, k, v, *pos.parameters()]
+    grad = torch.randn_like(fused)
+    theirs = torch.autograd.grad(chunked, wrt, grad, retain_graph=True)  # w, β are shared
+    for a, b in zip(torch.autograd.grad(fused, wrt, grad), theirs, strict=True):
+        assert_near(a, b, 1e-3)
 
 
 def test_the_cli_trains_20_steps_and_scores_to_4x(corpus, tmp_path):
