@@ -119,7 +119,7 @@ TRAIN_BAD = [
     train_case("model.bias=maybe", expected="model.bias=maybe must be true or false"),
     train_case("model.scale_embeddings=2", expected="model.scale_embeddings=2 must be true or"),
     # model options of #45: a bad value, and sinks on a kernel without a softmax over keys
-    train_case("model.gate=both", expected="model.gate=both is not one of None, headwise"),
+    train_case("model.gate=both", expected="model.gate=both is not one of null, headwise"),
     train_case(
         "model.sinks=true", "attention=linear", expected="model.sinks=true: attention=linear"
     ),

@@ -76,7 +76,7 @@ def number(
 
 def choice(*options: Any) -> Check:
     def check(value: Any) -> str | None:
-        return None if value in options else f"is not one of {', '.join(map(str, options))}"
+        return None if value in options else f"is not one of {', '.join(map(shown, options))}"
 
     return check
 
