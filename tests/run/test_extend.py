@@ -192,3 +192,22 @@ def test_a_parent_it_cannot_extend_is_one_line_before_any_work(
     result = run_in_process("train", argv, tmp_path, monkeypatch, capfd)
     problems = contract_problems(result, expected, out)
     assert not problems, f"{', '.join(problems)}\n{result.stderr[-1500:]}"
+
+
+def test_the_command_names_the_child_by_its_parents_scheme_and_model(
+    corpus, parents, tmp_path, monkeypatch, capfd
+):
+    """The run folder is named before the run starts: by the parent's pos= and model=, not by
+    the defaults (rope, small) the command line would otherwise compose."""
+    from poslab.run.runs import main as list_runs
+
+    args = [f"data.path={corpus}", f"extend={parents['alibi']}", "data.seq_len=32"]
+    args += ["trainer.max_steps=2", "trainer.val_check_interval=2", "logger=csv"]
+    args += ["eval.after_train=false", "trainer.enable_progress_bar=false"]
+    result = run_in_process("train", args, tmp_path, monkeypatch, capfd)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (child,) = (tmp_path / "outputs" / "runs").glob("*/*")
+    assert "-alibi-tiny-L32-2steps-" in child.name
+    list_runs([str(tmp_path / "outputs")])
+    listing = capfd.readouterr().out
+    assert f"| {parents['alibi'].resolve()} (sha256 " in listing

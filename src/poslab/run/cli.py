@@ -497,7 +497,9 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
     _PROCESS_ENDS_ON_STOP[0] = True
     try:
         if resumable:
-            sys.argv = resume_arguments(sys.argv)
+            from poslab.run.extend import extend_arguments
+
+            sys.argv = extend_arguments(resume_arguments(sys.argv))
         main()
     except ConfigError as err:  # raised again at the end of a sweep, or before Hydra started
         report(err)

@@ -26,9 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from poslab.errors import ConfigError
-from poslab.model.build import attention_config, read_checkpoint
-from poslab.positions.rope_scaling import scaling_options, train_scaling_options
-from poslab.run.run_folder import STATUS_FILE, read_status
+from poslab.run.run_folder import RUN_SETTINGS, STATUS_FILE, read_status
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +76,8 @@ def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | 
     """For `extend=RUN`: check the parent against the command line and give `cfg` (in place)
     the parent's architecture, the train-time scaling and the fine-tuning defaults. None (and
     `cfg` untouched) without extend. `asked`: the command line's overrides (Hydra's)."""
+    from poslab.model.build import attention_config  # torch: only when a run is set up
+
     setting = cfg.get("extend")
     given = OmegaConf.to_container(cfg.pos, resolve=True).get("scaling")
     if setting in (None, ""):
@@ -105,6 +105,22 @@ def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | 
     return parent
 
 
+def extend_arguments(argv: list[str]) -> list[str]:
+    """`python train.py extend=RUN ...` composed with the parent's pos= and model= first (the
+    command line's own come after them and win), so that the run's folder, named before the
+    run starts, names the child's scheme and model, not the defaults. One parent only: a -m
+    sweep over parents keeps its arguments."""
+    value = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("extend=")), None)
+    if not value or "," in value:
+        return argv
+    try:
+        settings = json.loads((Path(value).expanduser() / RUN_SETTINGS).read_text())
+    except (OSError, ValueError):  # not a run folder: inherit_parent says so, in one line
+        return argv
+    named = [(g, settings.get(k)) for g, k in (("pos", "scheme"), ("model", "model"))]
+    return [argv[0], *(f"{g}={v}" for g, v in named if isinstance(v, str)), *argv[1:]]
+
+
 def read_parent(setting: str) -> Parent:
     """The parent run of extend=`setting`: a run folder whose run completed, with its final
     checkpoint (read, and hashed for the child's record)."""
@@ -129,6 +145,8 @@ def read_parent(setting: str) -> Parent:
             f"extend={setting}: the run has no {PARENT_CHECKPOINT} to start from; extend a run "
             "that kept its checkpoints"
         )
+    from poslab.model.build import read_checkpoint
+
     ckpt = read_checkpoint(path)
     return Parent(folder.resolve(), path.resolve(), file_sha256(path), ckpt)
 
@@ -212,6 +230,8 @@ def _train_time_scaling(
             f"extend={setting}: the parent was itself fine-tuned with pos.scaling "
             f"kind={pos['scaling'].get('kind')}; extend it without +pos.scaling (it keeps its own)"
         )
+    from poslab.positions.rope_scaling import scaling_options, train_scaling_options
+
     options = train_scaling_options(given)
     return scaling_options(options, pos, seq_len, int(parent["data"]["seq_len"]), train_time=True)
 
