@@ -313,11 +313,7 @@ def run_training(
         parent = inherit_parent(cfg)  # extend=RUN: the parent's architecture, checked
         after_training = check_run_config(cfg)  # bad input: one line before any data is read
     max_steps = max_steps_for(cfg)  # a process setup that cannot run fails before work
-    callbacks = cfg.get("callbacks")  # a bad one fails before work, too
-    configured_callbacks(
-        {"callbacks": OmegaConf.to_container(callbacks, resolve=True)} if callbacks else {}
-    )
-    check_logger_options(OmegaConf.to_container(cfg.logger, resolve=True) if cfg.logger else None)
+    _check_callbacks_and_logger(cfg)
     resume = resume_checkpoint(cfg, out)
     if resume and resume.status.get("status") == "completed" and resume.step >= max_steps:
         # a finished run (a sweep resumed with resume=auto): nothing to do, nothing written
@@ -365,6 +361,15 @@ def run_training(
     finally:
         finish_wandb(run.logger, failed)
     return metrics
+
+
+def _check_callbacks_and_logger(cfg: DictConfig) -> None:
+    """A bad callback or logger option fails before work, too."""
+    callbacks = cfg.get("callbacks")
+    configured_callbacks(
+        {"callbacks": OmegaConf.to_container(callbacks, resolve=True)} if callbacks else {}
+    )
+    check_logger_options(OmegaConf.to_container(cfg.logger, resolve=True) if cfg.logger else None)
 
 
 def _set_up(
