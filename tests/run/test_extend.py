@@ -42,6 +42,15 @@ def parents(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     return {"rope": root / "rope", "alibi": root / "alibi"}
 
 
+@pytest.fixture(scope="module")
+def yarn_child(corpus: Path, parents: dict[str, Path], tmp_path_factory) -> Path:
+    """A finished child of the rope parent, fine-tuned 2 steps at L = 32 with yarn s = 2."""
+    child = tmp_path_factory.mktemp("children") / "yarn"
+    asked = [f"extend={parents['rope']}", "data.seq_len=32", "+pos.scaling.kind=yarn"]
+    train_in_process("rope", corpus, child, [*asked, "trainer.max_steps=2", *PARENT[1:]])
+    return child
+
+
 def child_checkpoint(corpus: Path, parent: Path, overrides: list[str], out: Path) -> Path:
     """The child's model at 0 steps, as training builds it (inherit_parent, LanguageModel, the
     parent's weights), saved by a Lightning Trainer as a checkpoint."""
@@ -161,13 +170,25 @@ BAD_PARENTS = [
     (["extend={rope}", "model.d_model=128"], "model.d_model=128 differs from the parent's"),
     (["extend={rope}", "pos=alibi"], "pos=alibi differs from the parent's pos=rope"),
     (["extend={alibi}", "+pos.scaling.kind=pi"], "not on the parent's ALiBi"),
+    (["extend={mrope}", "+pos.scaling.kind=pi"], "whose rotary pairs each read one position axis"),
+    (
+        ["extend={child}", "+pos.scaling.kind=pi"],
+        "the parent was itself fine-tuned with pos.scaling",
+    ),
     (["extend={task}"], "the parent trained on the task data=passkey"),
     (["extend={rope}", "data=passkey"], "the parent trained on the corpus data="),
-    (["extend={rope}", "data.path={other}"], "another vocabulary"),
+    (["extend={rope}", "data.path={other}"], "another tokenizer than the parent's"),
+    (
+        ["extend={rope}", "data.path={other}", "data.vocab_size=40"],
+        "another vocabulary (40 tokens)",
+    ),
     (["+pos.scaling.kind=pi"], "pass extend=RUN"),
     (["extend={rope}", "pos.scaling.kind=pi"], "write it with a leading +: +pos.scaling.kind=pi"),
     (["extend={rope}", "+pos.scaling.train_length=8"], "it is the parent's data.seq_len"),
-    (["extend={rope}", "+pos.scaling.kind=pi", "+pos.scaling.factor=0.5"], "pos.scaling.factor"),
+    (
+        ["extend={rope}", "+pos.scaling.kind=pi", "+pos.scaling.factor=0.5"],
+        "auto (= data.seq_len / the parent's)",
+    ),
 ]
 
 
@@ -175,7 +196,7 @@ BAD_PARENTS = [
     ("args", "expected"), BAD_PARENTS, ids=[" ".join(a) for a, _ in BAD_PARENTS]
 )
 def test_a_parent_it_cannot_extend_is_one_line_before_any_work(
-    args, expected, corpus, parents, task_run, tmp_path, monkeypatch, capfd
+    args, expected, request, corpus, parents, task_run, tmp_path, monkeypatch, capfd
 ):
     values = {
         **{k: str(v) for k, v in parents.items()},
@@ -185,6 +206,12 @@ def test_a_parent_it_cannot_extend_is_one_line_before_any_work(
         "unfinished": str(unfinished(parents["rope"], tmp_path / "unfinished")),
         "bare": str(without_checkpoint(parents["rope"], tmp_path / "bare")),
     }
+    made_when_named = {  # session fixtures that train: only for the cases that name them
+        "mrope": lambda: request.getfixturevalue("mrope_runs")["mrope"],
+        "child": lambda: request.getfixturevalue("yarn_child"),
+    }
+    named = " ".join(args)
+    values |= {k: str(make()) for k, make in made_when_named.items() if f"{{{k}}}" in named}
     out = tmp_path / "case"
     # a task has no data.path: its case leaves it out
     base = [*([] if "data=passkey" in args else [f"data.path={corpus}"]), *TINY, "data.seq_len=32"]
@@ -211,3 +238,16 @@ def test_the_command_names_the_child_by_its_parents_scheme_and_model(
     list_runs([str(tmp_path / "outputs")])
     listing = capfd.readouterr().out
     assert f"| {parents['alibi'].resolve()} (sha256 " in listing
+
+
+def test_an_eval_time_kind_on_a_fine_tuned_child_is_one_line(yarn_child):
+    """It would replace the kind the child was fine-tuned with, not compose with it."""
+    from poslab.errors import ConfigError
+
+    ckpt = yarn_child / "checkpoints" / "last.ckpt"
+    rows = score_checkpoint(ckpt, eval_cfg(lengths=[32, 64]))  # with its own yarn: fine
+    assert all(math.isfinite(r["ppl"]) for r in rows)
+    asked = eval_cfg(lengths=[64])
+    asked.rope_scaling.kind = "pi"
+    with pytest.raises(ConfigError, match="fine-tuned with pos.scaling kind=yarn s=2.0"):
+        score_checkpoint(ckpt, asked)

@@ -226,6 +226,12 @@ def _factor_check(value: Any) -> str | None:
     return None if problem is None else f"{problem} or auto (= eval length / training length)"
 
 
+def _train_factor_check(value: Any) -> str | None:
+
+    problem = number(ge=1)(value)
+    return None if problem is None else f"{problem} or auto (= data.seq_len / the parent's)"
+
+
 def eval_variant_label(eval_cfg: Any) -> str:
     """A short name of the eval-time variant for tables (`yarn s=auto +logn`), or ''."""
     options = eval_variant_options(eval_cfg)
@@ -316,7 +322,7 @@ def train_scaling_options(given: Any) -> dict[str, Any]:
         )
     options = {"kind": "none", "factor": "auto", **given}
     if options["factor"] != "auto":
-        require("pos.scaling.factor", options["factor"], _factor_check)
+        require("pos.scaling.factor", options["factor"], _train_factor_check)
     try:
         RopeScaling(**{**options, "factor": 1.0, "train_length": 1})  # every other option
     except TypeError as err:

@@ -252,10 +252,14 @@ def check_parent_vocabulary(parent: Parent, vocab_size: int, tokenizer: dict | N
     theirs = parent.ckpt.get("tokenizer")
     same_tokenizer = theirs is None or tokenizer is None or theirs["json"] == tokenizer["json"]
     if vocab_size != parent.vocab_size or not same_tokenizer:
+        what = (
+            f"another vocabulary ({vocab_size} tokens) than the parent's ({parent.vocab_size})"
+            if vocab_size != parent.vocab_size
+            else f"another tokenizer than the parent's (its {vocab_size} tokens have other ids)"
+        )
         raise ConfigError(
-            f"extend: this run's data has another vocabulary ({vocab_size} tokens) than the "
-            f"parent's ({parent.vocab_size}); fine-tune on the parent's corpus and tokenizer "
-            f"(its data.*: {json.dumps(_data_settings(parent.config))})"
+            f"extend: this run's data has {what}; fine-tune on the parent's corpus and "
+            f"tokenizer (its data.*: {json.dumps(_data_settings(parent.config))})"
         )
 
 
