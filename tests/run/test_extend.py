@@ -251,3 +251,26 @@ def test_an_eval_time_kind_on_a_fine_tuned_child_is_one_line(yarn_child):
     asked.rope_scaling.kind = "pi"
     with pytest.raises(ConfigError, match="fine-tuned with pos.scaling kind=yarn s=2.0"):
         score_checkpoint(ckpt, asked)
+
+
+def test_a_resumed_child_keeps_the_lineage_it_started_with(corpus, parents, tmp_path):
+    """resume= continues a child in its folder; its run.json still names the checkpoint its
+    weights came from, even when the parent's last.ckpt changed since."""
+    import torch
+
+    from poslab.run.extend import file_sha256
+
+    parent = tmp_path / "parent"
+    shutil.copytree(parents["rope"], parent)
+    started = file_sha256(parent / "checkpoints" / "last.ckpt")
+    child = tmp_path / "child"
+    asked = [f"extend={parent}", "data.seq_len=32", "+pos.scaling.kind=pi", *PARENT[2:]]
+    train_in_process("rope", corpus, child, [*asked, "trainer.max_steps=2"])
+    last = parent / "checkpoints" / "last.ckpt"
+    changed = torch.load(last, weights_only=True)  # the parent trained on, say
+    changed["global_step"] += 1
+    torch.save(changed, last)
+    assert file_sha256(last) != started
+    train_in_process("rope", corpus, child, [*asked, "trainer.max_steps=4", f"resume={child}"])
+    assert json.loads((child / "status.json").read_text())["step"] == 4
+    assert json.loads((child / "run.json").read_text())["parent_sha256"] == started

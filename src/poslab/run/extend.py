@@ -268,6 +268,24 @@ def _data_settings(config: dict[str, Any]) -> dict[str, Any]:
     return {k: data[k] for k in ("name", "path", "tokenizer", "vocab_size") if k in data}
 
 
+def lineage_of(out: Path, parent: Parent | None, resume: Any) -> dict[str, str]:
+    """What run.json says of the parent: a resumed child keeps what it recorded when it started
+    (its weights came from that file, even if the parent was trained on since)."""
+    if parent is None:
+        return {}
+    if resume is not None:
+        try:
+            recorded = json.loads((out / RUN_SETTINGS).read_text())
+        except (OSError, ValueError):
+            recorded = {}
+        kept = {k: recorded[k] for k in parent.record() if k in recorded}
+        if len(kept) == len(parent.record()):
+            if kept["parent_sha256"] != parent.sha256:
+                log.warning("extend: the parent's checkpoint changed since this child started")
+            return kept
+    return parent.record()
+
+
 def load_parent_weights(model: Any, parent: Parent) -> None:
     """The parent's weights into the child's GPT (the same network: checked before)."""
     state = model.pos.upgrade_state(parent.state_dict())

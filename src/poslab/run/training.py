@@ -29,6 +29,7 @@ from poslab.run.extend import (
     Parent,
     check_parent_vocabulary,
     inherit_parent,
+    lineage_of,
     load_parent_weights,
 )
 from poslab.run.lit import LanguageModel
@@ -336,7 +337,7 @@ def run_training(
             resumed_from = str(resume.path) if resume else None
             write_status(out, "running", resumed_from=resumed_from, **_status_metrics(metrics))
             # what scripts/runs.py lists the run by; compare.py reads the resolved precision
-            lineage = parent.record() if parent else {}
+            lineage = lineage_of(out, parent, resume)
             write_run_settings(out, cfg, precision=run.config["trainer"]["precision"], **lineage)
         if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
