@@ -120,6 +120,8 @@ def test_extend_fine_tunes_20_steps_records_its_parent_and_scores_to_4x(corpus, 
     rows = json.loads((child / "extrapolation" / "extrapolation.json").read_text())
     assert {r["length"] for r in rows if r["status"] == "ok"} == {32, 64, 128}
     assert all(math.isfinite(r["ppl"]) for r in rows if r["status"] == "ok")
+    # named in tables as what it is
+    assert {r["scheme"] for r in rows} == {"rope + yarn s=2, fine-tuned from L=16"}
     settings = json.loads((child / "run.json").read_text())
     sha = file_sha256(parent / "checkpoints" / "last.ckpt")
     assert settings["parent"] == str(parent.resolve()) and settings["parent_sha256"] == sha
@@ -235,6 +237,12 @@ def test_the_command_names_the_child_by_its_parents_scheme_and_model(
     assert result.returncode == 0, result.stderr[-2000:]
     (child,) = (tmp_path / "outputs" / "runs").glob("*/*")
     assert "-alibi-tiny-L32-2steps-" in child.name
+    # its .hydra/config.yaml, what compare.py reads, is what ran (Hydra's beside it)
+    from omegaconf import OmegaConf
+
+    record = OmegaConf.load(child / ".hydra" / "config.yaml")
+    assert record.pos._target_.endswith(".ALiBi") and record.optim.warmup_steps == 20
+    assert (child / ".hydra" / "config.composed.yaml").is_file()
     list_runs([str(tmp_path / "outputs")])
     listing = capfd.readouterr().out
     assert f"| {parents['alibi'].resolve()} (sha256 " in listing

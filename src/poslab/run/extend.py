@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,6 +285,21 @@ def lineage_of(out: Path, parent: Parent | None, resume: Any) -> dict[str, str]:
                 log.warning("extend: the parent's checkpoint changed since this child started")
             return kept
     return parent.record()
+
+
+def record_effective_config(out: Path, cfg: DictConfig) -> None:
+    """The child's .hydra/config.yaml made what runs: Hydra composed the defaults of pos= and
+    model= before the parent's replaced them, and compare.py reads this file to tell runs apart
+    and merge seeds. Hydra's own record is kept beside it as config.composed.yaml."""
+    record = out / ".hydra" / "config.yaml"
+    if not record.is_file():
+        return
+    composed = record.with_name("config.composed.yaml")
+    if not composed.exists():  # a resumed child keeps the first one Hydra wrote
+        os.replace(record, composed)
+    tmp = record.with_name(f".config.yaml.{os.getpid()}.tmp")
+    OmegaConf.save(cfg, tmp)
+    os.replace(tmp, record)
 
 
 def load_parent_weights(model: Any, parent: Parent) -> None:

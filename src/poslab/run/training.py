@@ -31,6 +31,7 @@ from poslab.run.extend import (
     inherit_parent,
     lineage_of,
     load_parent_weights,
+    record_effective_config,
 )
 from poslab.run.lit import LanguageModel
 from poslab.run.run_folder import (
@@ -389,6 +390,8 @@ def _set_up(
         check_parent_vocabulary(parent, vocab_size, cache.tokenizer_record() if cache else None)
     if is_main_process():
         claim_run_folder(out)  # every check passed: from here on, the run writes its folder
+        if parent is not None:
+            record_effective_config(out, cfg)
     L.seed_everything(cfg.seed, workers=True)
     logger = build_logger(config, out, wandb_id=resume.wandb_id if resume else None)
     module = LanguageModel(config, vocab_size)
