@@ -146,6 +146,11 @@ TRAIN_BAD = [
     train_case("model.d_model=33", expected="model.d_model=33 is not divisible by model.n_head"),
     train_case("model.dropout=1.5", expected="model.dropout=1.5"),
     train_case("resume=/no/such/run", expected="resume=/no/such/run does not exist"),
+    # extend=RUN (poslab/run/extend.py; every bad parent: tests/run/test_extend.py)
+    train_case("extend=/no/such/run", expected="extend=/no/such/run does not exist"),
+    train_case("extend={file}", expected="is a file, not a run folder"),
+    train_case("extend={task}", expected="the parent trained on the task data=passkey"),
+    train_case("+pos.scaling.kind=pi", expected="pos.scaling is a train-time RoPE extension"),
     train_case("data.path=/no/such/corpus", expected="data.path=/no/such/corpus does not exist"),
     train_case("data.path={binary}", expected="train.txt"),
     train_case("data.path={latin1}", expected="valid.txt"),

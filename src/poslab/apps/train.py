@@ -5,6 +5,7 @@ import hydra
 from omegaconf import DictConfig
 
 from poslab.run.cli import hydra_task, run_app
+from poslab.run.extend import inherit_parent
 from poslab.run.validate import check_run_config
 
 
@@ -12,10 +13,11 @@ from poslab.run.validate import check_run_config
 @hydra_task(owns_folder=True)
 def main(cfg: DictConfig) -> float:
     # before Lightning is imported: bad input fails in about a second
+    parent = inherit_parent(cfg)  # extend=RUN: the parent's architecture, checked
     after_training = check_run_config(cfg)
     from poslab.run.training import run_training
 
-    return run_training(cfg, after_training)["best_val_loss"]
+    return run_training(cfg, after_training, parent)["best_val_loss"]
 
 
 def entry() -> None:

@@ -226,6 +226,12 @@ def _factor_check(value: Any) -> str | None:
     return None if problem is None else f"{problem} or auto (= eval length / training length)"
 
 
+def _train_factor_check(value: Any) -> str | None:
+
+    problem = number(ge=1)(value)
+    return None if problem is None else f"{problem} or auto (= data.seq_len / the parent's)"
+
+
 def eval_variant_label(eval_cfg: Any) -> str:
     """A short name of the eval-time variant for tables (`yarn s=auto +logn`), or ''."""
     options = eval_variant_options(eval_cfg)
@@ -249,23 +255,76 @@ def eval_overrides(
     options = eval_variant_options(eval_cfg)
     if options is None:
         return overrides
-    scheme = get_class(pos_cfg["_target_"])
-    # a multi-axis rotary scheme (mrope, rope2d) inherits the option but refuses it: said here
-    # in the user's keys, not as the scheme's internal pos.scaling
-    multi_axis = "scaling" in scheme_options(pos_cfg) and not getattr(scheme, "eval_scaling", True)
-    if "scaling" not in scheme_options(pos_cfg) or multi_axis:
-        kind = options.get("kind", "none")
-        asked = [f"eval.rope_scaling.kind={kind}"] if kind != "none" else []
-        asked += ["eval.logn_scaling=true"] if options.get("logn") else []
-        why = ", whose rotary pairs each read one position axis" if multi_axis else ""
+    trained = pos_cfg.get("scaling")
+    if trained and not RopeScaling(**trained).is_identity():
+        # a child of extend= fine-tuned with its scaling: another would replace it, not compose
         raise ConfigError(
-            f"{' and '.join(asked)}: eval.rope_scaling and eval.logn_scaling act on rotary "
-            f"schemes (rope, xpos), not on {scheme.__name__}{why}; set "
-            "eval.rope_scaling.kind=none and eval.logn_scaling=false"
+            f"eval.rope_scaling: this checkpoint was fine-tuned with pos.scaling "
+            f"kind={trained.get('kind')} s={trained.get('factor')} (extend=), which an eval-time "
+            "kind would replace; set eval.rope_scaling.kind=none and eval.logn_scaling=false"
         )
+    scaling = scaling_options(options, pos_cfg, length, train_length)
+    if scaling is not None:  # the identity: the trained model itself
+        overrides["scaling"] = scaling
+    return overrides
+
+
+def scaling_options(
+    options: dict[str, Any],
+    pos_cfg: dict[str, Any],
+    length: int,
+    train_length: int,
+    train_time: bool = False,
+) -> dict[str, Any] | None:
+    """The `scaling` option a rotary scheme (`pos_cfg`) gets for the extension `options` (its
+    kind, factor (a number or `auto`), own options, logn) at `length`, trained at
+    `train_length`; None where it is the identity. One function for eval.rope_scaling and for
+    the train-time pos.scaling of extend= (run/extend.py): the same model by construction."""
+    _check_rotary(options, pos_cfg, train_time)
     kind, factor = options.get("kind", "none"), options.get("factor", "auto")
     factor = resolve_factor(kind, factor, length, train_length)
     scaling = {**options, "factor": factor, "train_length": train_length}
-    if not RopeScaling(**scaling).is_identity():  # the identity: the trained model itself
-        overrides["scaling"] = scaling
-    return overrides
+    return None if RopeScaling(**scaling).is_identity() else scaling
+
+
+def _check_rotary(options: dict[str, Any], pos_cfg: dict[str, Any], train_time: bool) -> None:
+    """A scheme without the `scaling` option (no rotary pairs), or a multi-axis rotary one
+    (mrope, rope2d: it inherits the option but refuses it), refused in the user's keys."""
+    scheme = get_class(pos_cfg["_target_"])
+    multi_axis = "scaling" in scheme_options(pos_cfg) and not getattr(scheme, "eval_scaling", True)
+    if "scaling" in scheme_options(pos_cfg) and not multi_axis:
+        return
+    kind = options.get("kind", "none")
+    why = ", whose rotary pairs each read one position axis" if multi_axis else ""
+    if train_time:
+        raise ConfigError(
+            f"+pos.scaling.kind={kind}: a train-time RoPE extension acts on rotary schemes "
+            f"(rope, xpos), not on the parent's {scheme.__name__}{why}; extend it without "
+            "+pos.scaling"
+        )
+    asked = [f"eval.rope_scaling.kind={kind}"] if kind != "none" else []
+    asked += ["eval.logn_scaling=true"] if options.get("logn") else []
+    raise ConfigError(
+        f"{' and '.join(asked)}: eval.rope_scaling and eval.logn_scaling act on rotary "
+        f"schemes (rope, xpos), not on {scheme.__name__}{why}; set "
+        "eval.rope_scaling.kind=none and eval.logn_scaling=false"
+    )
+
+
+def train_scaling_options(given: Any) -> dict[str, Any]:
+    """+pos.scaling.* of extend= (a kind, a factor: a number or `auto` = the child's length
+    over the parent's, the kind's options, logn), checked as eval.rope_scaling is."""
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"pos.scaling={given!r} must be a mapping, e.g. +pos.scaling.kind=pi")
+    if "train_length" in given:
+        raise ConfigError(
+            "pos.scaling.train_length is not an option; it is the parent's data.seq_len"
+        )
+    options = {"kind": "none", "factor": "auto", **given}
+    if options["factor"] != "auto":
+        require("pos.scaling.factor", options["factor"], _train_factor_check)
+    try:
+        RopeScaling(**{**options, "factor": 1.0, "train_length": 1})  # every other option
+    except TypeError as err:
+        raise ConfigError(f"pos.scaling: {err}") from None
+    return options

@@ -67,6 +67,9 @@ NOT_SETTINGS = (
     "train.fingerprints",
     "train.validate_before_fit",
     "pos.train_length",  # t5's copy of data.seq_len (which is compared), for max_distance=auto
+    # extend=: the parent's folder names where the weights came from (run.json keeps the
+    # lineage); the architecture and pos.scaling it gave are in the child's config, compared
+    "extend",
 )
 
 # options added after some committed runs were made, each with the value that does what those

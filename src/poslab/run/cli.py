@@ -415,6 +415,8 @@ def hydra_error_line(err: BaseException) -> str:
     if appended and "not in struct" in str(err.__cause__):
         key, add = appended.groups()
         full = re.search(r"full_key: (\S+)", str(err.__cause__))
+        if key.startswith("pos.scaling."):  # extend='s train-time extension: a new key
+            return f"pos.scaling takes a mapping of new keys; write it with a leading +: {add}"
         if full and full.group(1).startswith(key + "."):
             # the option exists and takes a mapping (eval.pos_overrides, pos.options): its keys
             # are new ones, which Hydra adds only with a leading +
@@ -495,7 +497,9 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
     _PROCESS_ENDS_ON_STOP[0] = True
     try:
         if resumable:
-            sys.argv = resume_arguments(sys.argv)
+            from poslab.run.extend import extend_arguments
+
+            sys.argv = extend_arguments(resume_arguments(sys.argv))
         main()
     except ConfigError as err:  # raised again at the end of a sweep, or before Hydra started
         report(err)

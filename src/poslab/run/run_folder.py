@@ -57,10 +57,13 @@ def in_multirun() -> bool:
 RUN_SETTINGS = "run.json"
 
 
-def write_run_settings(folder: Path, cfg: Any, precision: str | None = None) -> None:
+def write_run_settings(
+    folder: Path, cfg: Any, precision: str | None = None, **lineage: str
+) -> None:
     """<run>/run.json: the resolved settings that tell runs apart (data, scheme, model, L,
     steps, seed, and the precision `auto` resolved to), read by scripts/runs.py and
-    compare.py (.hydra/config.yaml keeps interpolations and `auto`)."""
+    compare.py (.hydra/config.yaml keeps interpolations and `auto`); a child of extend= also
+    its `lineage` (parent folder, checkpoint and its SHA-256)."""
     settings = {
         "run_name": cfg.get("run_name"),
         "data": cfg.data.get("name"),
@@ -71,6 +74,7 @@ def write_run_settings(folder: Path, cfg: Any, precision: str | None = None) -> 
         "max_tokens": cfg.train.get("max_tokens"),
         "seed": cfg.get("seed"),
         "precision": precision,
+        **lineage,
     }
     tmp = folder / f".{RUN_SETTINGS}.{os.getpid()}.tmp"
     try:

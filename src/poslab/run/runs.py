@@ -17,7 +17,7 @@ from poslab.arguments import OneLineParser, at_least
 from poslab.errors import ConfigError, exit_on_config_error
 
 COLUMNS = ("started", "status", "data", "scheme", "model", "L", "steps", "seed", "val ppl",
-           "ppl @ longest", "evals", "folder")  # fmt: skip
+           "ppl @ longest", "evals", "parent", "folder")  # fmt: skip
 
 
 @dataclass
@@ -39,10 +39,6 @@ class RunSummary:
         ppl = status.get("val_ppl")
         accuracy = status.get("val_accuracy")
         val = f"{ppl:.2f}" if _finite(ppl) else (f"acc {accuracy:.2f}" if _finite(accuracy) else "")
-        try:
-            shown = self.folder.relative_to(root)
-        except ValueError:
-            shown = self.folder
         return [
             time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started)),
             str(status.get("status", "?")),
@@ -55,8 +51,17 @@ class RunSummary:
             val,
             self.longest(),
             str(len(self.evaluations)),
-            str(shown),
+            self.parent(root),
+            str(_shown(self.folder, root)),
         ]
+
+    def parent(self, root: Path) -> str:
+        """The run a child of extend= started from, and the start of its checkpoint's SHA-256."""
+        parent = self.settings.get("parent")
+        if not parent:
+            return ""
+        sha = str(self.settings.get("parent_sha256") or "")[:12]
+        return f"{_shown(Path(parent), root)} (sha256 {sha})" if sha else str(parent)
 
     def longest(self) -> str:
         """The perplexity (or accuracy) at the longest evaluated length, `ppl (16x)`."""
@@ -67,6 +72,14 @@ class RunSummary:
         value = row.get("accuracy", row.get("ppl"))
         name = "acc " if "accuracy" in row else ""
         return f"{name}{value:.2f} ({row.get('factor', 0):g}x)" if _finite(value) else ""
+
+
+def _shown(folder: Path, root: Path) -> Path:
+    """`folder` relative to the listed root where it lies under it."""
+    try:
+        return folder.resolve().relative_to(root.resolve())
+    except ValueError:
+        return folder
 
 
 def _finite(value: Any) -> bool:
@@ -112,7 +125,8 @@ def runs_table(runs: list[RunSummary], root: Path) -> str:
 
 USAGE = """List training runs, newest first: the settings that tell them apart (data, scheme,
 model, L, steps, seed), where each stands (status, step), its validation perplexity and its
-perplexity (or accuracy) at the longest evaluated length, and its folder.
+perplexity (or accuracy) at the longest evaluated length, the run it was fine-tuned from
+(extend=; with its checkpoint's SHA-256) and its folder.
 
 poslab-runs                 # every run under outputs/ (or python scripts/runs.py)
 poslab-runs outputs/multirun/2026-11-25_10-00-00_ab12cd   # one sweep

@@ -25,6 +25,14 @@ from poslab.model.build import read_checkpoint
 from poslab.model.precision import device_type_of, resolve_precision
 from poslab.run.callbacks import AtomicCheckpointIO, LastCheckpoint, LearningSpeed, RankFingerprints
 from poslab.run.console import progress_bar_setting
+from poslab.run.extend import (
+    Parent,
+    check_parent_vocabulary,
+    inherit_parent,
+    lineage_of,
+    load_parent_weights,
+    record_effective_config,
+)
 from poslab.run.lit import LanguageModel
 from poslab.run.run_folder import (
     claim_run_folder,
@@ -296,18 +304,18 @@ class _Run:
     last: LastCheckpoint
 
 
-def run_training(cfg: DictConfig, after_training: list[Any] | None = None) -> dict[str, float]:
+def run_training(
+    cfg: DictConfig, after_training: list[Any] | None = None, parent: Parent | None = None
+) -> dict[str, float]:
     """Fit one model; returns the final metrics (also what a Hydra sweeper would optimise).
-    `after_training`: the steps check_run_config built, where the caller checked the config."""
+    `after_training`: the steps check_run_config built, where the caller checked the config
+    (and, for extend=RUN, gave it the parent's architecture: `parent`)."""
     out = run_dir()
     if after_training is None:
+        parent = inherit_parent(cfg)  # extend=RUN: the parent's architecture, checked
         after_training = check_run_config(cfg)  # bad input: one line before any data is read
     max_steps = max_steps_for(cfg)  # a process setup that cannot run fails before work
-    callbacks = cfg.get("callbacks")  # a bad one fails before work, too
-    configured_callbacks(
-        {"callbacks": OmegaConf.to_container(callbacks, resolve=True)} if callbacks else {}
-    )
-    check_logger_options(OmegaConf.to_container(cfg.logger, resolve=True) if cfg.logger else None)
+    _check_callbacks_and_logger(cfg)
     resume = resume_checkpoint(cfg, out)
     if resume and resume.status.get("status") == "completed" and resume.step >= max_steps:
         # a finished run (a sweep resumed with resume=auto): nothing to do, nothing written
@@ -319,7 +327,7 @@ def run_training(cfg: DictConfig, after_training: list[Any] | None = None) -> di
             max_steps,
         )
         return resume.metrics()
-    run = _set_up(cfg, out, resume, max_steps)
+    run = _set_up(cfg, out, resume, max_steps, parent)
     # a resumed run that trains no further (its evaluation was interrupted) keeps the metrics
     # its status recorded
     metrics: dict[str, float] = resume.metrics() if resume else {}
@@ -330,7 +338,8 @@ def run_training(cfg: DictConfig, after_training: list[Any] | None = None) -> di
             resumed_from = str(resume.path) if resume else None
             write_status(out, "running", resumed_from=resumed_from, **_status_metrics(metrics))
             # what scripts/runs.py lists the run by; compare.py reads the resolved precision
-            write_run_settings(out, cfg, precision=run.config["trainer"]["precision"])
+            lineage = lineage_of(out, parent, resume)
+            write_run_settings(out, cfg, precision=run.config["trainer"]["precision"], **lineage)
         if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
             trainer, module, datamodule = run.trainer, run.module, run.datamodule
@@ -356,20 +365,38 @@ def run_training(cfg: DictConfig, after_training: list[Any] | None = None) -> di
     return metrics
 
 
-def _set_up(cfg: DictConfig, out: Path, resume: Resume | None, max_steps: int) -> _Run:
-    """Data, logger, model and Trainer of the run; takes the run folder once the data is read."""
+def _check_callbacks_and_logger(cfg: DictConfig) -> None:
+    """A bad callback or logger option fails before work, too."""
+    callbacks = cfg.get("callbacks")
+    configured_callbacks(
+        {"callbacks": OmegaConf.to_container(callbacks, resolve=True)} if callbacks else {}
+    )
+    check_logger_options(OmegaConf.to_container(cfg.logger, resolve=True) if cfg.logger else None)
+
+
+def _set_up(
+    cfg: DictConfig, out: Path, resume: Resume | None, max_steps: int, parent: Parent | None
+) -> _Run:
+    """Data, logger, model (a child of extend=: its parent's weights) and Trainer of the run;
+    takes the run folder once the data is read."""
     torch.set_float32_matmul_precision("high")
     config = OmegaConf.to_container(cfg, resolve=True)
     config["trainer"]["precision"] = _run_precision(cfg, resume)
     datamodule = instantiate_checked(cfg.data, seed=cfg.seed)
     vocab_size = datamodule.vocab_size  # reads (or builds) the token cache: corpus errors here
-    _check_eval_split(cfg, getattr(datamodule, "cache", None))
+    cache = getattr(datamodule, "cache", None)  # a generated task has no tokenizer
+    _check_eval_split(cfg, cache)
+    if parent is not None:  # the child's tokens must be the parent's
+        check_parent_vocabulary(parent, vocab_size, cache.tokenizer_record() if cache else None)
     if is_main_process():
         claim_run_folder(out)  # every check passed: from here on, the run writes its folder
+        if parent is not None:
+            record_effective_config(out, cfg)
     L.seed_everything(cfg.seed, workers=True)
     logger = build_logger(config, out, wandb_id=resume.wandb_id if resume else None)
     module = LanguageModel(config, vocab_size)
-    cache = getattr(datamodule, "cache", None)  # a generated task has no tokenizer
+    if parent is not None and resume is None:  # (a resumed child has its own weights)
+        load_parent_weights(module.model, parent)
     if cache is not None:
         module.tokenizer_record = cache.tokenizer_record()
         if is_main_process():

@@ -130,6 +130,7 @@ TRAIN_SCHEMA: dict[str, Check] = {
     "train.stop_at_accuracy": number(ge=0, le=1, null=True),
     "checkpoint.every_n_steps": integer(1, null=True),
     "resume": resume_setting,
+    "extend": path_setting,
     "logger.init_timeout": number(gt=0),
     "logger.project": text(),
     "logger.name": text(),

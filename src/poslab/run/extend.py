@@ -1,0 +1,315 @@
+"""`python train.py extend=RUN`: context extension by fine-tuning (issue #46).
+
+A new run (its own folder; not a resume) starts from the weights of a finished run, its parent:
+the child takes the parent's network (model.*, its scheme with the scheme's options, its attention
+kernel) and its own data.seq_len, optimizer, schedule and steps. A rotary parent may be fine-tuned
+with a train-time RoPE extension, `+pos.scaling.kind=K +pos.scaling.factor=s`: the `scaling`
+option of the scheme that eval.rope_scaling sets at evaluation time, built the same way
+(rope_scaling.scaling_options) with L = the parent's data.seq_len, so at 0 steps the child computes
+exactly what the parent does evaluated with eval.rope_scaling.kind=K eval.rope_scaling.factor=s.
+
+What cannot work is refused in one line before any work: a parent that did not finish or has no
+checkpoint, another architecture than the command line asks, a train-time kind on a scheme
+without rotary pairs, a task parent on a corpus or a corpus parent on a task, another vocabulary.
+The child's run.json records its parent folder and the SHA-256 of the parent's checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from poslab.errors import ConfigError
+from poslab.run.run_folder import RUN_SETTINGS, STATUS_FILE, read_status
+
+log = logging.getLogger(__name__)
+
+# the parent's checkpoint a child starts from: its final state (best.ckpt may be older)
+PARENT_CHECKPOINT = Path("checkpoints") / "last.ckpt"
+# the child's fine-tuning defaults where the command line does not set the key: a short
+# schedule with a short warm-up (Position Interpolation fine-tuned 1000 steps, 20 warm-up) at a
+# tenth of the parent's learning rate
+FINE_TUNING = {"trainer.max_steps": 1000, "optim.warmup_steps": 20}
+LR_FRACTION = 0.1
+# the run config's group of each architecture key, and the key its choice is named by
+NAMED_GROUPS = {"model": "model_name", "pos": "pos_name"}
+
+
+@dataclass(frozen=True)
+class Parent:
+    """The finished run a child starts from: its folder, its checkpoint (read), and that file's
+    SHA-256 (the lineage the child records)."""
+
+    folder: Path
+    checkpoint: Path
+    sha256: str
+    ckpt: dict[str, Any]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.ckpt["hyper_parameters"]["config"]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.ckpt["hyper_parameters"]["vocab_size"])
+
+    def record(self) -> dict[str, str]:
+        """What the child's run.json says of its parent (runs.py lists it)."""
+        return {
+            "parent": str(self.folder),
+            "parent_checkpoint": str(self.checkpoint),
+            "parent_sha256": self.sha256,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The parent's network weights, named as the GPT names them."""
+        return {k.removeprefix("model."): v for k, v in self.ckpt["state_dict"].items()}
+
+
+def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | None:
+    """For `extend=RUN`: check the parent against the command line and give `cfg` (in place)
+    the parent's architecture, the train-time scaling and the fine-tuning defaults. None (and
+    `cfg` untouched) without extend. `asked`: the command line's overrides (Hydra's)."""
+    from poslab.model.build import attention_config  # torch: only when a run is set up
+
+    setting = cfg.get("extend")
+    given = OmegaConf.to_container(cfg.pos, resolve=True).get("scaling")
+    if setting in (None, ""):
+        if given is not None:
+            raise ConfigError(
+                "pos.scaling is a train-time RoPE extension of a parent run's positions; pass "
+                "extend=RUN (a finished run) with it, or use eval.rope_scaling at evaluation"
+            )
+        return None
+    asked = command_line() if asked is None else asked
+    parent = read_parent(str(setting))
+    _check_asked_architecture(cfg, parent.config, asked)
+    _check_data_kind(cfg, parent.config)
+    scaling = _train_time_scaling(given, parent.config, int(cfg.data.seq_len), str(setting))
+    with open_dict(cfg):
+        cfg.model = parent.config["model"]
+        pos = parent.config["pos"]
+        cfg.pos = pos if scaling is None else {**pos, "scaling": scaling}
+        if not _asks(asked, "attention"):  # a kernel the command line names is the child's
+            cfg.attention = attention_config(parent.config)
+        for name in NAMED_GROUPS.values():
+            cfg[name] = parent.config.get(name) or cfg[name]
+        _fine_tuning_defaults(cfg, parent.config, asked)
+    log.info("extend=%s: starting from %s (sha256 %s)", setting, parent.checkpoint, parent.sha256)
+    return parent
+
+
+def extend_arguments(argv: list[str]) -> list[str]:
+    """`python train.py extend=RUN ...` composed with the parent's pos= and model= first (the
+    command line's own come after them and win), so that the run's folder, named before the
+    run starts, names the child's scheme and model, not the defaults. One parent only: a -m
+    sweep over parents keeps its arguments."""
+    value = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("extend=")), None)
+    if not value or "," in value:
+        return argv
+    try:
+        settings = json.loads((Path(value).expanduser() / RUN_SETTINGS).read_text())
+    except (OSError, ValueError):  # not a run folder: inherit_parent says so, in one line
+        return argv
+    named = [(g, settings.get(k)) for g, k in (("pos", "scheme"), ("model", "model"))]
+    return [argv[0], *(f"{g}={v}" for g, v in named if isinstance(v, str)), *argv[1:]]
+
+
+def read_parent(setting: str) -> Parent:
+    """The parent run of extend=`setting`: a run folder whose run completed, with its final
+    checkpoint (read, and hashed for the child's record)."""
+    folder = Path(setting).expanduser()
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is a file, not a run folder"
+        raise ConfigError(f"extend={setting} {what}; pass the folder of a finished training run")
+    status = read_status(folder).get("status")
+    if status is None:
+        raise ConfigError(
+            f"extend={setting} is not a run folder (no {STATUS_FILE}); pass the folder of a "
+            "finished training run"
+        )
+    if status != "completed":
+        raise ConfigError(
+            f"extend={setting}: that run is {status}, not completed; finish it first (python "
+            f"train.py resume={setting}) or extend a completed run"
+        )
+    path = folder / PARENT_CHECKPOINT
+    if not path.is_file():
+        raise ConfigError(
+            f"extend={setting}: the run has no {PARENT_CHECKPOINT} to start from; extend a run "
+            "that kept its checkpoints"
+        )
+    from poslab.model.build import read_checkpoint
+
+    ckpt = read_checkpoint(path)
+    return Parent(folder.resolve(), path.resolve(), file_sha256(path), ckpt)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def command_line() -> list[str]:
+    """The overrides of this command (Hydra's record of it), [] outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _asks(asked: list[str], group: str) -> bool:
+    """Whether the command line sets `group` or any key under it."""
+    return any(_override_key(o) == group or _override_key(o).startswith(group + ".") for o in asked)
+
+
+def _check_asked_architecture(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> None:
+    """Every model.* and pos.* the command line sets (pos.scaling aside) must be the parent's:
+    a child is the parent's network, fine-tuned, never another one."""
+    for override in asked:
+        key = _override_key(override)
+        group = key.split(".", 1)[0]
+        if group not in NAMED_GROUPS or key.startswith("pos.scaling"):
+            continue
+        if key == group:  # pos=NAME, model=NAME: the parent's choice, by name
+            mine, theirs = cfg.get(NAMED_GROUPS[group]), parent.get(NAMED_GROUPS[group])
+        else:
+            mine = OmegaConf.select(cfg, key)
+            theirs = OmegaConf.select(OmegaConf.create(parent), key)
+            mine = OmegaConf.to_container(mine) if OmegaConf.is_config(mine) else mine
+            theirs = OmegaConf.to_container(theirs) if OmegaConf.is_config(theirs) else theirs
+        if mine != theirs:
+            raise ConfigError(
+                f"extend: {key}={mine} differs from the parent's {key}={theirs}; a child takes "
+                f"its parent's architecture: drop {key} from the command line"
+            )
+
+
+def _check_data_kind(cfg: DictConfig, parent: dict[str, Any]) -> None:
+    """A task parent fine-tunes on a task, a corpus parent on a corpus: their vocabularies have
+    nothing in common."""
+    child_task, parent_task = "task" in cfg.data, "task" in (parent.get("data") or {})
+    if child_task == parent_task:
+        return
+    theirs = parent["data"].get("name", "?")
+    if parent_task:
+        raise ConfigError(
+            f"extend: the parent trained on the task data={theirs}, this run on the corpus "
+            f"data={cfg.data.name}; fine-tune a task checkpoint on a task (data={theirs})"
+        )
+    raise ConfigError(
+        f"extend: the parent trained on the corpus data={theirs}, this run on the task "
+        f"data={cfg.data.name}; fine-tune a corpus checkpoint on its corpus (data={theirs})"
+    )
+
+
+def _train_time_scaling(
+    given: Any, parent: dict[str, Any], seq_len: int, setting: str
+) -> dict[str, Any] | None:
+    """The `scaling` option the child's scheme gets from +pos.scaling.* (None: none asked):
+    eval.rope_scaling's dict for the child's length, with L = the parent's data.seq_len."""
+    if given is None:
+        return None
+    pos = parent["pos"]
+    if pos.get("scaling"):  # two extensions in a row: what composing them means is not defined
+        raise ConfigError(
+            f"extend={setting}: the parent was itself fine-tuned with pos.scaling "
+            f"kind={pos['scaling'].get('kind')}; extend it without +pos.scaling (it keeps its own)"
+        )
+    from poslab.positions.rope_scaling import scaling_options, train_scaling_options
+
+    options = train_scaling_options(given)
+    return scaling_options(options, pos, seq_len, int(parent["data"]["seq_len"]), train_time=True)
+
+
+def _fine_tuning_defaults(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> None:
+    """A short schedule with a short warm-up at a tenth of the parent's learning rate, for each
+    of those keys the command line does not set."""
+    for key, value in FINE_TUNING.items():
+        if not _asks(asked, key):
+            OmegaConf.update(cfg, key, value)
+    if not _asks(asked, "optim.lr"):
+        cfg.optim.lr = float(parent["optim"]["lr"]) * LR_FRACTION
+
+
+def check_parent_vocabulary(parent: Parent, vocab_size: int, tokenizer: dict | None) -> None:
+    """The child's data reads tokens the parent's embeddings know: the same vocabulary (and,
+    where both recorded it, the same tokenizer)."""
+    theirs = parent.ckpt.get("tokenizer")
+    same_tokenizer = theirs is None or tokenizer is None or theirs["json"] == tokenizer["json"]
+    if vocab_size != parent.vocab_size or not same_tokenizer:
+        what = (
+            f"another vocabulary ({vocab_size} tokens) than the parent's ({parent.vocab_size})"
+            if vocab_size != parent.vocab_size
+            else f"another tokenizer than the parent's (its {vocab_size} tokens have other ids)"
+        )
+        raise ConfigError(
+            f"extend: this run's data has {what}; fine-tune on the parent's corpus and "
+            f"tokenizer (its data.*: {json.dumps(_data_settings(parent.config))})"
+        )
+
+
+def _data_settings(config: dict[str, Any]) -> dict[str, Any]:
+    data = config.get("data") or {}
+    return {k: data[k] for k in ("name", "path", "tokenizer", "vocab_size") if k in data}
+
+
+def lineage_of(out: Path, parent: Parent | None, resume: Any) -> dict[str, str]:
+    """What run.json says of the parent: a resumed child keeps what it recorded when it started
+    (its weights came from that file, even if the parent was trained on since)."""
+    if parent is None:
+        return {}
+    if resume is not None:
+        try:
+            recorded = json.loads((out / RUN_SETTINGS).read_text())
+        except (OSError, ValueError):
+            recorded = {}
+        kept = {k: recorded[k] for k in parent.record() if k in recorded}
+        if len(kept) == len(parent.record()):
+            if kept["parent_sha256"] != parent.sha256:
+                log.warning("extend: the parent's checkpoint changed since this child started")
+            return kept
+    return parent.record()
+
+
+def record_effective_config(out: Path, cfg: DictConfig) -> None:
+    """The child's .hydra/config.yaml made what runs: Hydra composed the defaults of pos= and
+    model= before the parent's replaced them, and compare.py reads this file to tell runs apart
+    and merge seeds. Hydra's own record is kept beside it as config.composed.yaml."""
+    record = out / ".hydra" / "config.yaml"
+    if not record.is_file():
+        return
+    composed = record.with_name("config.composed.yaml")
+    if not composed.exists():  # a resumed child keeps the first one Hydra wrote
+        os.replace(record, composed)
+    tmp = record.with_name(f".config.yaml.{os.getpid()}.tmp")
+    OmegaConf.save(cfg, tmp)
+    os.replace(tmp, record)
+
+
+def load_parent_weights(model: Any, parent: Parent) -> None:
+    """The parent's weights into the child's GPT (the same network: checked before)."""
+    state = model.pos.upgrade_state(parent.state_dict())
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:  # a size mismatch or a missing weight, listed one per line
+        detail = next((ln.strip() for ln in str(err).splitlines()[1:] if ln.strip()), str(err))
+        raise ConfigError(
+            f"extend: the parent's weights in {parent.checkpoint} do not fit this run's network "
+            f"({detail.rstrip('.')}); extend with the parent's own model options"
+        ) from None
