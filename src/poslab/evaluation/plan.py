@@ -267,7 +267,8 @@ def check_before_training(
 def scheme_label(config: dict) -> str:
     """A trained model's name in tables: the scheme, a training-time variant of it (`rope
     randomized N=2048`, `learned concatenated (16 of 64 dims)`), a train-time RoPE extension of
-    a child of extend= (`rope + yarn s=4, fine-tuned from L=128`), a gate or sinks in the attention
+    a child of extend= (`rope + yarn s=4, fine-tuned from L=128`), a NoPE child of a rotary run
+    (DroPE: `nope (DroPE from rope at L=128)`), a gate or sinks in the attention
     (`rope, headwise gate`, `alibi, sinks`), and an attention that is not softmax or has a window
     (`rope, linear attention`, `nope, stick-breaking`)."""
     scheme = config.get("pos_name") or config["pos"]["_target_"].rsplit(".", 1)[-1]
@@ -279,6 +280,9 @@ def scheme_label(config: dict) -> str:
         d_model = config.get("model", {}).get("d_model")
         dims = config["pos"].get("position_dims") or (d_model // 4 if d_model else "d/4")
         label += f" concatenated ({dims} of {d_model or 'd'} dims)"
+    dropped = config["pos"].get("drope")
+    if dropped:  # extend=RUN pos=nope: a rotary parent's embedding dropped, recalibrated
+        label += f" (DroPE from {dropped['scheme']} at L={dropped['train_length']})"
     scaling = config["pos"].get("scaling")
     if scaling:  # extend=: fine-tuned past its parent's L with a train-time RoPE extension
         from poslab.positions.rope_scaling import RopeScaling

@@ -8,6 +8,25 @@ option of the scheme that eval.rope_scaling sets at evaluation time, built the s
 (rope_scaling.scaling_options) with L = the parent's data.seq_len, so at 0 steps the child computes
 exactly what the parent does evaluated with eval.rope_scaling.kind=K eval.rope_scaling.factor=s.
 
+DroPE (Gelberg et al., ICLR 2026, "Extending the Context of Pretrained LLMs by Dropping Their
+Positional Embeddings"; code github.com/SakanaAI/DroPE): `extend=RUN pos=nope` on a rotary parent
+drops its positional embedding and recalibrates the network as NoPE. Their code does it by
+replacing the attention of every layer with one that calls the model's own with cos = 1 and
+sin = 0 (custom_models/attention.py, `nope`), the weights copied unchanged: RoPE leaves every
+layer, nothing else changes (their default `attention_type: nope`; `qk_norm_nope`, which adds
+new q/k RMSNorms, is a variant of theirs not built here, and so is the `softmax_scale` hook, set
+by none of their run configs). Recalibration runs at the parent's training length (their run
+configs keep each model's pretraining max_seq_length), so the child's data.seq_len defaults to the
+parent's here. What differs from the paper, stated: the fine-tuning defaults below are poslab's
+for every child (their recalibrations are 0.5-2% of the pretraining tokens, e.g. Llama-2-7B:
+5000 steps of 512 x 4096 tokens at lr 1e-4, cosine, 100 warm-up steps; set trainer.max_steps,
+optim.lr and optim.warmup_steps to match a budget). A rotary scheme has no trained parameters
+(θ is fixed) unless pos.learnable_theta: a parent with trained positional parameters, one that
+is not rotary (the paper drops RoPE), one over several position axes, or one itself fine-tuned
+with pos.scaling is refused. The child records what it dropped in `pos.drope` (the parent's
+scheme, its options and L): its rows are `nope (DroPE from rope at L=128)`, and compare.py
+tells it from a NoPE trained from scratch.
+
 What cannot work is refused in one line before any work: a parent that did not finish or has no
 checkpoint, another architecture than the command line asks, a train-time kind on a scheme
 without rotary pairs, a task parent on a corpus or a corpus parent on a task, another vocabulary.
@@ -40,6 +59,9 @@ FINE_TUNING = {"trainer.max_steps": 1000, "optim.warmup_steps": 20}
 LR_FRACTION = 0.1
 # the run config's group of each architecture key, and the key its choice is named by
 NAMED_GROUPS = {"model": "model_name", "pos": "pos_name"}
+# `extend=RUN pos=nope` on a rotary parent: DroPE (the child's scheme, and its record's key)
+DROPE_SCHEME = "nope"
+DROPE_RECORD = "drope"
 
 
 @dataclass(frozen=True)
@@ -80,27 +102,33 @@ def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | 
     from poslab.model.build import attention_config  # torch: only when a run is set up
 
     setting = cfg.get("extend")
-    given = OmegaConf.to_container(cfg.pos, resolve=True).get("scaling")
+    given = OmegaConf.to_container(cfg.pos, resolve=True)
     if setting in (None, ""):
-        if given is not None:
-            raise ConfigError(
-                "pos.scaling is a train-time RoPE extension of a parent run's positions; pass "
-                "extend=RUN (a finished run) with it, or use eval.rope_scaling at evaluation"
-            )
+        _check_without_parent(given)
         return None
     asked = command_line() if asked is None else asked
     parent = read_parent(str(setting))
-    _check_asked_architecture(cfg, parent.config, asked)
+    drope = drops_positions(cfg, parent.config, asked)
+    _check_asked_architecture(cfg, parent.config, asked, drope)
     _check_data_kind(cfg, parent.config)
-    scaling = _train_time_scaling(given, parent.config, int(cfg.data.seq_len), str(setting))
+    if drope:
+        pos = _dropped_pos(given, parent, str(setting))
+    else:
+        pos = parent.config["pos"]
+        scaling = _train_time_scaling(
+            given.get("scaling"), parent.config, int(cfg.data.seq_len), str(setting)
+        )
+        pos = pos if scaling is None else {**pos, "scaling": scaling}
     with open_dict(cfg):
         cfg.model = parent.config["model"]
-        pos = parent.config["pos"]
-        cfg.pos = pos if scaling is None else {**pos, "scaling": scaling}
+        cfg.pos = pos
         if not _asks(asked, "attention"):  # a kernel the command line names is the child's
             cfg.attention = attention_config(parent.config)
         for name in NAMED_GROUPS.values():
-            cfg[name] = parent.config.get(name) or cfg[name]
+            if not (drope and name == "pos_name"):  # DroPE's child is named by its own pos=
+                cfg[name] = parent.config.get(name) or cfg[name]
+        if drope and not _asks(asked, "data.seq_len"):  # recalibrated at the parent's L
+            cfg.data.seq_len = int(parent.config["data"]["seq_len"])
         _fine_tuning_defaults(cfg, parent.config, asked)
     log.info("extend=%s: starting from %s (sha256 %s)", setting, parent.checkpoint, parent.sha256)
     return parent
@@ -119,7 +147,18 @@ def extend_arguments(argv: list[str]) -> list[str]:
     except (OSError, ValueError):  # not a run folder: inherit_parent says so, in one line
         return argv
     named = [(g, settings.get(k)) for g, k in (("pos", "scheme"), ("model", "model"))]
-    return [argv[0], *(f"{g}={v}" for g, v in named if isinstance(v, str)), *argv[1:]]
+    # DroPE (pos=nope on another parent) recalibrates at the parent's L unless told otherwise:
+    # the folder is named by that length too
+    chosen = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("pos=")]
+    drope = chosen[-1:] == [DROPE_SCHEME] and settings.get("scheme") != DROPE_SCHEME
+    length = settings.get("seq_len")
+    keep = drope and isinstance(length, int) and not _asks(argv[1:], "data.seq_len")
+    return [
+        argv[0],
+        *(f"{g}={v}" for g, v in named if isinstance(v, str)),
+        *argv[1:],
+        *([f"data.seq_len={length}"] if keep else []),
+    ]
 
 
 def read_parent(setting: str) -> Parent:
@@ -178,12 +217,82 @@ def _asks(asked: list[str], group: str) -> bool:
     return any(_override_key(o) == group or _override_key(o).startswith(group + ".") for o in asked)
 
 
-def _check_asked_architecture(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> None:
+def _check_without_parent(pos: dict[str, Any]) -> None:
+    """pos.scaling and pos.drope say how a child was made from its parent: not without one."""
+    if pos.get("scaling") is not None:
+        raise ConfigError(
+            "pos.scaling is a train-time RoPE extension of a parent run's positions; pass "
+            "extend=RUN (a finished run) with it, or use eval.rope_scaling at evaluation"
+        )
+    if pos.get(DROPE_RECORD) is not None:
+        raise ConfigError(
+            "pos.drope is what extend=RUN pos=nope records of the rotary parent it dropped; it "
+            "is not set by hand: pass extend=RUN pos=nope (DroPE) instead"
+        )
+
+
+def drops_positions(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> bool:
+    """Whether this child is DroPE: the command line's last pos= is nope and the parent's scheme
+    is another (a nope parent fine-tuned as nope is a plain child)."""
+    chosen = [o.split("=", 1)[1] for o in asked if o.startswith("pos=")]
+    named = chosen[-1:] == [DROPE_SCHEME] and cfg.get("pos_name") == DROPE_SCHEME
+    return named and parent.get("pos_name") != DROPE_SCHEME
+
+
+def _dropped_pos(given: dict[str, Any], parent: Parent, setting: str) -> dict[str, Any]:
+    """The DroPE child's scheme: NoPE (the composed pos=nope), with the record of what it
+    dropped; a parent DroPE does not apply to, refused."""
+    from hydra.utils import get_class
+
+    from poslab.positions.rope import Rotary
+
+    pos, name = parent.config["pos"], parent.config.get("pos_name") or "?"
+    scheme = get_class(pos["_target_"])
+    if not issubclass(scheme, Rotary) or not scheme.eval_scaling:
+        what = "over several position axes" if issubclass(scheme, Rotary) else "not rotary"
+        raise ConfigError(
+            f"extend={setting} pos=nope: DroPE drops a rotary embedding of one position axis "
+            f"(rope, xpos, p_rope, hope, resonance); the parent's pos={name} ({scheme.__name__}) "
+            f"is {what}: extend it with its own scheme (drop pos=nope)"
+        )
+    trained = sorted(k for k in parent.state_dict() if k.startswith("pos."))
+    if trained:
+        raise ConfigError(
+            f"extend={setting} pos=nope: the parent's pos={name} has trained parameters "
+            f"({', '.join(trained)}) that NoPE would discard; DroPE drops a fixed rotation "
+            "(a parent trained with pos.learnable_theta=false)"
+        )
+    if pos.get("scaling"):
+        raise ConfigError(
+            f"extend={setting} pos=nope: the parent was itself fine-tuned with pos.scaling "
+            f"kind={pos['scaling'].get('kind')}; apply DroPE to a parent without it"
+        )
+    if given.get("scaling") is not None:
+        raise ConfigError(
+            f"extend={setting} pos=nope: +pos.scaling extends a rotation that DroPE drops; "
+            "ask for one of them"
+        )
+    options = {k: v for k, v in pos.items() if k != "_target_"}
+    record = {"scheme": name, "train_length": int(parent.config["data"]["seq_len"])}
+    return {**given, DROPE_RECORD: {**record, "options": options}}
+
+
+def _check_asked_architecture(
+    cfg: DictConfig, parent: dict[str, Any], asked: list[str], drope: bool = False
+) -> None:
     """Every model.* and pos.* the command line sets (pos.scaling aside) must be the parent's:
-    a child is the parent's network, fine-tuned, never another one."""
+    a child is the parent's network, fine-tuned, never another one. DroPE's pos=nope is the
+    exception; NoPE has no pos.* options to set."""
     for override in asked:
         key = _override_key(override)
         group = key.split(".", 1)[0]
+        if drope and group == "pos":  # (+pos.scaling: _dropped_pos says why not)
+            if key != "pos" and not key.startswith("pos.scaling"):
+                raise ConfigError(
+                    f"extend: {key} is not an option of pos=nope (DroPE: the parent's scheme "
+                    f"is dropped, NoPE has no position options); drop {key} from the command line"
+                )
+            continue
         if group not in NAMED_GROUPS or key.startswith("pos.scaling"):
             continue
         if key == group:  # pos=NAME, model=NAME: the parent's choice, by name
