@@ -192,3 +192,15 @@ def test_a_parent_drope_cannot_apply_to_is_one_line_before_any_work(
     result = run_in_process("train", [*argv, f"hydra.run.dir={out}"], tmp_path, monkeypatch, capfd)
     problems = contract_problems(result, expected, out)
     assert not problems, f"{', '.join(problems)}\n{result.stderr[-1500:]}"
+
+
+def test_a_resumed_drope_child_stays_nope_with_its_record(corpus, parents, tmp_path):
+    from poslab.model.build import read_checkpoint
+
+    child = tmp_path / "child"
+    asked = [f"extend={parents['rope']}", "pos=nope", *PARENT[2:]]
+    train_in_process("rope", corpus, child, [*asked, "trainer.max_steps=2"])
+    train_in_process("rope", corpus, child, [*asked, "trainer.max_steps=4", f"resume={child}"])
+    assert json.loads((child / "status.json").read_text())["step"] == 4
+    config = read_checkpoint(child / "checkpoints" / "last.ckpt")["hyper_parameters"]["config"]
+    assert config["pos"]["_target_"] == NOPE and config["pos"]["drope"]["scheme"] == "rope"

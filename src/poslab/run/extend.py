@@ -18,14 +18,15 @@ new q/k RMSNorms, is a variant of theirs not built here, and so is the `softmax_
 by none of their run configs). Recalibration runs at the parent's training length (their run
 configs keep each model's pretraining max_seq_length), so the child's data.seq_len defaults to the
 parent's here. What differs from the paper, stated: the fine-tuning defaults below are poslab's
-for every child (their recalibrations are 0.5-2% of the pretraining tokens, e.g. Llama-2-7B:
-5000 steps of 512 x 4096 tokens at lr 1e-4, cosine, 100 warm-up steps; set trainer.max_steps,
-optim.lr and optim.warmup_steps to match a budget). A rotary scheme has no trained parameters
-(θ is fixed) unless pos.learnable_theta: a parent with trained positional parameters, one that
-is not rotary (the paper drops RoPE), one over several position axes, or one itself fine-tuned
-with pos.scaling is refused. The child records what it dropped in `pos.drope` (the parent's
-scheme, its options and L): its rows are `nope (DroPE from rope at L=128)`, and compare.py
-tells it from a NoPE trained from scratch.
+for every child; their run configs (cfgs/run_cfg/) recalibrate for longer: Llama-2-7B 5000
+steps of 512 x 4096 tokens (10B, ~0.5% of its pretraining) at lr 1e-4 (a third of Llama 2's
+peak), cosine, 100 warm-up steps; SmolLM-360M/1.7B 120000 steps of 512 x 2048 at lr 3e-4. Set
+trainer.max_steps, optim.lr and optim.warmup_steps to match a budget. A rotary scheme has no
+trained parameters (θ is fixed) unless pos.learnable_theta: a parent with trained positional
+parameters, one that is not rotary (the paper drops RoPE), one over several position axes, or one
+itself fine-tuned with pos.scaling is refused. The child records what it dropped in `pos.drope`
+(the parent's scheme, its options and L): its rows are `nope (DroPE from rope at L=128)`, and
+compare.py tells it from a NoPE trained from scratch.
 
 What cannot work is refused in one line before any work: a parent that did not finish or has no
 checkpoint, another architecture than the command line asks, a train-time kind on a scheme
