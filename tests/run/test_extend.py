@@ -282,3 +282,15 @@ def test_a_resumed_child_keeps_the_lineage_it_started_with(corpus, parents, tmp_
     train_in_process("rope", corpus, child, [*asked, "trainer.max_steps=4", f"resume={child}"])
     assert json.loads((child / "status.json").read_text())["step"] == 4
     assert json.loads((child / "run.json").read_text())["parent_sha256"] == started
+
+
+@pytest.mark.parametrize("kind", ["rerope", "yarn"])
+def test_an_eval_time_kind_on_a_parent_is_named_as_a_variant_not_a_fine_tuning(parents, kind):
+    """eval.rope_scaling builds the same pos.scaling a child trains with; on a plain parent it
+    stays the rows' eval-time variant (rerope sets it at every length, yarn beyond L)."""
+    asked = eval_cfg(lengths=[16, 32])
+    asked.rope_scaling.kind = kind
+    rows = score_checkpoint(parents["rope"] / "checkpoints" / "last.ckpt", asked)
+    names = {r["scheme"] for r in rows}
+    assert len(names) == 1 and "fine-tuned" not in names.pop()
+    assert all(r["scheme"].startswith(f"rope + {kind}") for r in rows)

@@ -71,7 +71,11 @@ class EvalPlan:
         eval_cfg = self.eval_cfg
         parts = [f"{k}={v}" for k, v in (eval_cfg.get("pos_overrides") or {}).items()]
         variant = ", ".join(p for p in [*parts, eval_variant_label(eval_cfg)] if p)
-        scheme = scheme_label(self.model_config or self.config)
+        config = self.model_config or self.config
+        trained = self.config["pos"].get("scaling")  # a child of extend=: its train-time kind
+        if config["pos"].get("scaling") != trained:  # eval.rope_scaling set it: the variant
+            config = {**config, "pos": {**config["pos"], "scaling": trained}}
+        scheme = scheme_label(config)
         return (f"{scheme} + {variant}" if variant else scheme), variant
 
     def settle(self) -> None:
