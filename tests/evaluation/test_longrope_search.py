@@ -76,7 +76,7 @@ def test_the_file_is_read_by_the_eval_time_kind_and_gives_the_perplexity_found(s
     cfg = eval_cfg(lengths=[TARGET], device="cpu")
     cfg.rope_scaling.kind = "longrope"
     cfg.rope_scaling.factors_file = str(path)
-    plan = plan_checkpoint(run / "checkpoints" / "last.ckpt", cfg)
+    plan = plan_checkpoint(records["a"]["checkpoint"], cfg)
     # the model's config holds the lists read from the file, not its path
     scaling = plan.overrides_at[TARGET]["scaling"]
     assert scaling["factors_file"] is None
