@@ -158,3 +158,16 @@ def test_extend_records_the_files_lists_in_the_childs_scaling(searched):
     assert scaling["factors_file"] is None and scaling["factor"] == TARGET / 16
     assert scaling["long_factor"] == records["a"]["long_factor"]
     assert scaling["short_factor"] == records["a"]["short_factor"]
+
+
+def test_a_scheme_with_pairs_that_never_turn_gets_finite_non_decreasing_seeds(
+    trained_runs, tmp_path, capfd
+):
+    """p_rope's slowest pairs have θ = 0 (0/0 as a ratio): they take the factor before them."""
+    run, _ = trained_runs["p_rope"]
+    main([str(run), "--target", str(TARGET), "--out", str(tmp_path), *SMALL])
+    record = json.loads((tmp_path / FILE).read_text())
+    long = np.array(record["long_factor"])
+    assert np.all(np.isfinite(long)) and np.all(np.diff(long) >= 0) and np.all(long >= 1)
+    assert all(math.isfinite(v) for v in record["seeds"].values())
+    assert record["perplexity"] <= min(record["seeds"].values())

@@ -306,7 +306,9 @@ class Problem:
 
     def seeds(self) -> dict[str, np.ndarray]:
         """λ_i = θ_i/θ'_i of PI, NTK-aware and YaRN at s = T/L (poslab's own kinds; PI's
-        position scale 1/s as λ = s); a kind this model cannot take is left out."""
+        position scale 1/s as λ = s); a kind this model cannot take is left out. A pair that
+        never turns (θ_i = 0: p_rope, hope) takes the factor before it (it changes nothing
+        there), so the seeds stay non-decreasing."""
         model = self.plan.models[self.target]
         theta = model.pos.frequencies().detach().cpu()
         seeds = {}
@@ -318,8 +320,9 @@ class Problem:
                 changed = kind_scaling.theta(theta, self.rotary_dims, self.target, model.pos.base)
             except ConfigError:  # ntk with R = 2
                 continue
-            ratio = theta / (changed * kind_scaling.method.position_scale)
-            seeds[kind] = ratio.double().numpy()
+            ratio = (theta / (changed * kind_scaling.method.position_scale)).double().numpy()
+            ratio = np.where(theta.numpy() > 0, ratio, 1.0)
+            seeds[kind] = np.maximum.accumulate(ratio)
         return seeds
 
 
