@@ -47,7 +47,7 @@ def test_the_factors_keep_the_papers_constraints_and_the_best_seed_is_never_beat
     assert short == [1.0] * pairs
     assert np.all(long >= 1.0) and np.all(np.diff(long) >= 0)  # non-decreasing over the pairs
     assert np.all(long <= record["settings"]["max_factor"] + 1e-9)
-    assert record["settings"]["max_factor"] == pytest.approx(1.25 * TARGET / 16)
+    assert record["settings"]["max_factor"] == pytest.approx(1 + TARGET / 16)
     # on the grid of step 0.01
     assert np.allclose(np.round((long - 1) / 0.01) * 0.01 + 1, long)
     # elitism: the best never rises from generation to generation, and ends at most the best

@@ -7,9 +7,11 @@ evolution/search.py and evolution/algorithms/): pair i at position n turns by n�
 rescale factor λ_i per rotary pair, found by an evolutionary search that minimises perplexity at
 the target length T (s = T/L) on a few long samples. What poslab follows:
 
-* the search space: each λ_i on a grid of step 0.01 from 1 to a maximum (the paper: s × 1.25;
-  the code's `dim_mono`: 1 + s), and non-decreasing over the pairs, λ_i ≤ λ_(i+1) (a slower
-  pair is never interpolated less than a faster one; the code's `dim_mono` algorithm);
+* the search space: each λ_i on a grid of step 0.01 from 1 to a maximum (the reference code's
+  `dim_mono` mutation grid, evolution/algorithms/dim_mono.py: 1 + s, the default here; the
+  paper's own bound was not checked against its text), and non-decreasing over the pairs,
+  λ_i ≤ λ_(i+1) (a slower pair is never interpolated less than a faster one; the code's
+  `dim_mono` algorithm);
 * the initial population: the PI, NTK-aware and YaRN factors (the paper; the code seeds with
   YaRN's alone), and mutations of them up to the population size;
 * a generation: the k best so far are the parents and stay (elitism: the best never gets
@@ -87,7 +89,7 @@ class SearchSettings:
     mutation_prob: float = 0.3  # p: each factor's chance to change (the code: 0.3)
     crossover_tries: int = 20  # (the code: 20)
     step: float = 0.01  # the factors' grid (the code: 0.01)
-    max_factor: float | None = None  # None: 1.25·s (the paper)
+    max_factor: float | None = None  # None: 1 + s (the reference code's grid)
     samples: int = 4  # windows of T scored per candidate
     seed: int = 0
     batch_size: int | None = None  # windows per forward pass; None: eval's default
@@ -121,8 +123,8 @@ class SearchSettings:
             )
 
     def upper(self, scale: float) -> float:
-        """The largest factor: --max-factor, else 1.25·s; at least s (PI's factors)."""
-        upper = self.max_factor if self.max_factor is not None else 1.25 * scale
+        """The largest factor: --max-factor, else 1 + s; at least s (PI's factors)."""
+        upper = self.max_factor if self.max_factor is not None else 1.0 + scale
         if upper < scale:
             raise ConfigError(
                 f"--max-factor {upper:g} is below s = T/L = {scale:g}, PI's factor (a seed); "
@@ -458,7 +460,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--crossover-tries", type=int, default=defaults.crossover_tries)
     parser.add_argument("--mutation-prob", type=float, default=defaults.mutation_prob)
     parser.add_argument("--step", type=float, default=defaults.step, help="the factors' grid")
-    parser.add_argument("--max-factor", type=float, default=None, help="default: 1.25·T/L")
+    parser.add_argument("--max-factor", type=float, default=None, help="default: 1 + T/L")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=None, help="windows per forward")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
