@@ -100,6 +100,7 @@ COMMANDS = (
     "poslab-bench",
     "poslab-analysis",
     "poslab-baselines",
+    "poslab-longrope-search",
     "poslab-export",
     "poslab-study",
 )

@@ -284,7 +284,9 @@ def scaling_options(
     kind, factor = options.get("kind", "none"), options.get("factor", "auto")
     factor = resolve_factor(kind, factor, length, train_length)
     scaling = {**options, "factor": factor, "train_length": train_length}
-    return None if RopeScaling(**scaling).is_identity() else scaling
+    built = RopeScaling(**scaling)
+    # a kind's options read from a file (longrope's factors_file) are recorded as read
+    return None if built.is_identity() else {**scaling, **built.method.resolved_options()}
 
 
 def _check_rotary(options: dict[str, Any], pos_cfg: dict[str, Any], train_time: bool) -> None:

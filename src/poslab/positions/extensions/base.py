@@ -51,6 +51,11 @@ class Extension:
     def options(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.option_names()}
 
+    def resolved_options(self) -> dict[str, Any]:
+        """Options to record in a model's config in place of the ones given (longrope: the
+        lists its factors_file held, so that a checkpoint never needs the file); {}: as given."""
+        return {}
+
     # -- frequency kinds -----------------------------------------------------------------------
 
     @property
