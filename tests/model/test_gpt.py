@@ -163,8 +163,10 @@ def _generic_modules() -> list[str]:
     (poslab.analysis: plots of named schemes' formulas) and the configs."""
     import poslab
 
-    # the benchmark names schemes on purpose: its targets are against nope, its peers by name
+    # the benchmark names schemes on purpose: its targets are against nope, its peers by name;
+    # LongRoPE's factor search is a command about one rotary kind's factors, not model code
     skipped = ("poslab.positions", "poslab.analysis", "poslab.conf", "poslab.bench")
+    skipped += ("poslab.evaluation.longrope_search",)
     names = [m.name for m in pkgutil.walk_packages(poslab.__path__, "poslab.")]
     return sorted(n for n in ["poslab", *names] if not n.startswith(skipped))
 

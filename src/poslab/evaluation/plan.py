@@ -289,10 +289,9 @@ def scheme_label(config: dict) -> str:
         label += f" (DroPE from {dropped['scheme']} at L={dropped['train_length']})"
     scaling = config["pos"].get("scaling")
     if scaling:  # extend=: fine-tuned past its parent's L with a train-time RoPE extension
-        from poslab.positions.rope_scaling import RopeScaling
+        from poslab.positions.rope_scaling import fine_tuned_label
 
-        named = RopeScaling(**scaling).label()
-        label += f" + {named}, fine-tuned from L={scaling['train_length']}"
+        label += " + " + fine_tuned_label(scaling)
     model = config.get("model") or {}
     if model.get("gate"):  # a model option, not a scheme: part of the name all the same
         label += f", {model['gate']} gate"

@@ -81,6 +81,9 @@ class PositionalScheme(nn.Module):
     # True: `rotate` returns q and k of more dims than the values (PoPE's 2 × head_dim, real and
     # imaginary parts); a kernel that needs q and k as wide as v (linear attention) refuses it
     widens_keys: ClassVar[bool] = False
+    # True: DroPE may drop it (`train.py extend=RUN pos=nope`): a rotary embedding of one
+    # position axis, which leaves weights a NoPE model can take unchanged
+    droppable: ClassVar[bool] = False
 
     def __init__(
         self,

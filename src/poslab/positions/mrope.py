@@ -31,6 +31,7 @@ class MultiAxisRotary(Rotary):
     times θ_i. Subclasses choose the axis and the frequency of every pair (`layout`)."""
 
     eval_scaling = False  # eval.rope_scaling is defined for one position axis
+    droppable = False  # DroPE drops a rotary embedding of one position axis
 
     def __init__(self, d_model: int, n_head: int, axes: int = 2, **options: Any) -> None:
         require("pos.axes", axes, integer(1))

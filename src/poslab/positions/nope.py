@@ -13,6 +13,7 @@ from poslab.positions.base import PositionalScheme
 
 # what extend= writes into a DroPE child's pos.drope
 DROPE_KEYS = ("scheme", "train_length", "options")
+DROPE_CHILD = "nope"  # the pos= of a DroPE child (extend=RUN pos=nope), as conf/pos/ names it
 
 
 class NoPositions(PositionalScheme):

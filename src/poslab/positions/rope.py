@@ -68,6 +68,7 @@ THETA_PARAMS = ("raw", "log")
 
 class Rotary(PositionalScheme):
     eval_scaling = True  # takes eval.rope_scaling / eval.logn_scaling (its `scaling` option)
+    droppable: ClassVar[bool] = True  # DroPE drops the rotation (extend=RUN pos=nope)
     shift_invariant: ClassVar[bool] = True
 
     def __init__(

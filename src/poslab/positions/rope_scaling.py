@@ -148,6 +148,12 @@ class RopeScaling:
         return " ".join(parts)
 
 
+def fine_tuned_label(scaling: dict[str, Any]) -> str:
+    """The name tables give a train-time extension (a child of extend=): `yarn s=4, fine-tuned
+    from L=128`, L its parent's training length."""
+    return f"{RopeScaling(**scaling).label()}, fine-tuned from L={scaling['train_length']}"
+
+
 def check_others(options: dict[str, Any]) -> dict[str, Any]:
     """Options the chosen kind does not read: each must be an option of some kind (else the
     list of options), and a value that kind would take (a typo'd value fails whatever the

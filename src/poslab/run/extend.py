@@ -47,6 +47,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from poslab.errors import ConfigError
+from poslab.positions.nope import DROPE_CHILD as DROPE_SCHEME
 from poslab.run.run_folder import RUN_SETTINGS, STATUS_FILE, read_status
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,6 @@ LR_FRACTION = 0.1
 # the run config's group of each architecture key, and the key its choice is named by
 NAMED_GROUPS = {"model": "model_name", "pos": "pos_name"}
 # `extend=RUN pos=nope` on a rotary parent: DroPE (the child's scheme, and its record's key)
-DROPE_SCHEME = "nope"
 DROPE_RECORD = "drope"
 
 
@@ -245,12 +245,11 @@ def _dropped_pos(given: dict[str, Any], parent: Parent, setting: str) -> dict[st
     dropped; a parent DroPE does not apply to, refused."""
     from hydra.utils import get_class
 
-    from poslab.positions.rope import Rotary
-
     pos, name = parent.config["pos"], parent.config.get("pos_name") or "?"
     scheme = get_class(pos["_target_"])
-    if not issubclass(scheme, Rotary) or not scheme.eval_scaling:
-        what = "over several position axes" if issubclass(scheme, Rotary) else "not rotary"
+    if not scheme.droppable:
+        several = getattr(scheme, "eval_scaling", True) is False  # a multi-axis rotary scheme
+        what = "over several position axes" if several else "not rotary"
         raise ConfigError(
             f"extend={setting} pos=nope: DroPE drops a rotary embedding of one position axis "
             f"(rope, xpos, p_rope, hope, resonance); the parent's pos={name} ({scheme.__name__}) "
