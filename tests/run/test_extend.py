@@ -151,6 +151,23 @@ def test_the_fine_tuning_defaults_apply_where_the_command_line_sets_none(corpus,
     assert cfg.model.d_model == 64 and "scaling" not in cfg.pos  # the parent's, no extension
 
 
+def test_the_child_reads_its_parents_corpus_unless_the_command_line_names_the_data(
+    corpus, parents, tmp_path
+):
+    from poslab.model.build import read_checkpoint
+    from poslab.run.extend import inherit_parent
+
+    theirs = read_checkpoint(parents["rope"] / "checkpoints" / "last.ckpt")
+    theirs = theirs["hyper_parameters"]["config"]["data"]
+    asked = ["pos=rope", "model=tiny", f"extend={parents['rope']}", "data.seq_len=48"]
+    cfg = compose_train(asked, tmp_path)  # no data.path: the default corpus is the hub's
+    inherit_parent(cfg, asked)
+    assert cfg.data.path == theirs["path"] == str(corpus) and cfg.data.seq_len == 48
+    named = compose_train([*asked, "data.vocab_size=300"], tmp_path)
+    inherit_parent(named, [*asked, "data.vocab_size=300"])
+    assert named.data.get("path") != theirs["path"]  # the command line's data, as it asked
+
+
 def unfinished(parent: Path, to: Path) -> Path:
     shutil.copytree(parent, to)
     (to / "status.json").write_text(json.dumps({"status": "interrupted", "step": 3}))

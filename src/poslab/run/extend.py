@@ -111,6 +111,7 @@ def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | 
     parent = read_parent(str(setting))
     drope = drops_positions(cfg, parent.config, asked)
     _check_asked_architecture(cfg, parent.config, asked, drope)
+    _inherit_data(cfg, parent.config, asked)
     _check_data_kind(cfg, parent.config)
     if drope:
         pos = _dropped_pos(given, parent, str(setting))
@@ -307,6 +308,19 @@ def _check_asked_architecture(
                 f"extend: {key}={mine} differs from the parent's {key}={theirs}; a child takes "
                 f"its parent's architecture: drop {key} from the command line"
             )
+
+
+def _inherit_data(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> None:
+    """The parent's corpus and tokenizer (its data.*, the child's data.seq_len kept) unless the
+    command line names the data (data= or a data.* key other than data.seq_len): a child reads
+    the tokens its parent's embeddings know."""
+    named = [_override_key(o) for o in asked]
+    if any(k == "data" or (k.startswith("data.") and k != "data.seq_len") for k in named):
+        return
+    with open_dict(cfg):
+        seq_len = cfg.data.seq_len
+        cfg.data = parent["data"]
+        cfg.data.seq_len = seq_len
 
 
 def _check_data_kind(cfg: DictConfig, parent: dict[str, Any]) -> None:
