@@ -134,6 +134,28 @@ def eval_cfg(**overrides) -> DictConfig:
     return cfg
 
 
+def child_checkpoint(corpus: Path, parent: Path, overrides: list[str], out: Path) -> Path:
+    """A child of extend=`parent` at 0 steps, as training builds it (inherit_parent with the
+    command line `overrides`, LanguageModel, the parent's weights), saved by a Lightning
+    Trainer as a checkpoint (tests/run/test_extend.py, test_drope.py)."""
+    import lightning as L
+    from omegaconf import OmegaConf
+
+    from poslab.run.extend import inherit_parent, load_parent_weights
+    from poslab.run.lit import LanguageModel
+
+    args = ["pos=rope", f"data.path={corpus}", *TINY, f"extend={parent}", *overrides]
+    cfg = compose_train(args, out)
+    found = inherit_parent(cfg, asked=args)
+    module = LanguageModel(OmegaConf.to_container(cfg, resolve=True), found.vocab_size)
+    load_parent_weights(module.model, found)
+    module.tokenizer_record = found.ckpt.get("tokenizer")
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
+    trainer.strategy.connect(module)
+    trainer.save_checkpoint(out / "child.ckpt", weights_only=True)
+    return out / "child.ckpt"
+
+
 def score_checkpoint(ckpt: Path | str, cfg: DictConfig) -> list[dict]:
     """The rows `evaluate_checkpoint` returns for a text checkpoint (its planning and scoring),
     without writing the reports: for tests of the numbers (the reports have tests of their

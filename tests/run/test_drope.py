@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     TINY,
+    child_checkpoint,
     compose_train,
     contract_problems,
     eval_cfg,
@@ -42,24 +43,8 @@ def parents(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 
 
 def drope_child(corpus: Path, parent: Path, out: Path, extra: list[str] = ()) -> Path:
-    """The DroPE child at 0 steps, as training builds it (inherit_parent, LanguageModel, the
-    parent's weights), saved by a Lightning Trainer as a checkpoint."""
-    import lightning as L
-    from omegaconf import OmegaConf
-
-    from poslab.run.extend import inherit_parent, load_parent_weights
-    from poslab.run.lit import LanguageModel
-
-    args = ["pos=rope", f"data.path={corpus}", *TINY, f"extend={parent}", "pos=nope", *extra]
-    cfg = compose_train(args, out)
-    found = inherit_parent(cfg, asked=args)
-    module = LanguageModel(OmegaConf.to_container(cfg, resolve=True), found.vocab_size)
-    load_parent_weights(module.model, found)
-    module.tokenizer_record = found.ckpt.get("tokenizer")
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
-    trainer.strategy.connect(module)
-    trainer.save_checkpoint(out / "child.ckpt", weights_only=True)
-    return out / "child.ckpt"
+    """The DroPE child at 0 steps, as training builds it, saved as a checkpoint."""
+    return child_checkpoint(corpus, parent, ["pos=nope", *extra], out)
 
 
 def as_nope(checkpoint: Path, out: Path) -> Path:

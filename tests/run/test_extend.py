@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     TINY,
+    child_checkpoint,
     compose_train,
     contract_problems,
     eval_cfg,
@@ -49,27 +50,6 @@ def yarn_child(corpus: Path, parents: dict[str, Path], tmp_path_factory) -> Path
     asked = [f"extend={parents['rope']}", "data.seq_len=32", "+pos.scaling.kind=yarn"]
     train_in_process("rope", corpus, child, [*asked, "trainer.max_steps=2", *PARENT[1:]])
     return child
-
-
-def child_checkpoint(corpus: Path, parent: Path, overrides: list[str], out: Path) -> Path:
-    """The child's model at 0 steps, as training builds it (inherit_parent, LanguageModel, the
-    parent's weights), saved by a Lightning Trainer as a checkpoint."""
-    import lightning as L
-    from omegaconf import OmegaConf
-
-    from poslab.run.extend import inherit_parent, load_parent_weights
-    from poslab.run.lit import LanguageModel
-
-    args = ["pos=rope", f"data.path={corpus}", *TINY, f"extend={parent}", *overrides]
-    cfg = compose_train(args, out)
-    found = inherit_parent(cfg)
-    module = LanguageModel(OmegaConf.to_container(cfg, resolve=True), found.vocab_size)
-    load_parent_weights(module.model, found)
-    module.tokenizer_record = found.ckpt.get("tokenizer")
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
-    trainer.strategy.connect(module)
-    trainer.save_checkpoint(out / "child.ckpt", weights_only=True)
-    return out / "child.ckpt"
 
 
 # every kind with a factor; dynamic_ntk too (at train time it reads the child's length as it
