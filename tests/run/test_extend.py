@@ -131,7 +131,7 @@ def test_the_fine_tuning_defaults_apply_where_the_command_line_sets_none(corpus,
     assert cfg.model.d_model == 64 and "scaling" not in cfg.pos  # the parent's, no extension
 
 
-def test_the_child_reads_its_parents_corpus_unless_the_command_line_names_the_data(
+def test_the_child_reads_its_parents_corpus_under_its_own_data_keys(
     corpus, parents, tmp_path
 ):
     from poslab.model.build import read_checkpoint
@@ -143,9 +143,17 @@ def test_the_child_reads_its_parents_corpus_unless_the_command_line_names_the_da
     cfg = compose_train(asked, tmp_path)  # no data.path: the default corpus is the hub's
     inherit_parent(cfg, asked)
     assert cfg.data.path == theirs["path"] == str(corpus) and cfg.data.seq_len == 48
-    named = compose_train([*asked, "data.vocab_size=300"], tmp_path)
-    inherit_parent(named, [*asked, "data.vocab_size=300"])
-    assert named.data.get("path") != theirs["path"]  # the command line's data, as it asked
+    # a data.* key on the command line is set on top of the parent's data
+    keyed = [*asked, "data.batch_size=3"]
+    on_top = compose_train(keyed, tmp_path)
+    inherit_parent(on_top, keyed)
+    assert on_top.data.path == theirs["path"] and on_top.data.batch_size == 3
+    assert on_top.data.seq_len == 48 and on_top.data.batch_size != theirs["batch_size"]
+    # another data group is the command line's data, as it asked
+    grouped = [*asked, "data=wikitext2"]
+    named = compose_train(grouped, tmp_path)
+    inherit_parent(named, grouped)
+    assert named.data.get("path") != theirs["path"]
 
 
 def unfinished(parent: Path, to: Path) -> Path:
@@ -174,7 +182,8 @@ BAD_PARENTS = [
         ["extend={child}", "+pos.scaling.kind=pi"],
         "the parent was itself fine-tuned with pos.scaling",
     ),
-    (["extend={task}"], "the parent trained on the task data=passkey"),
+    (["extend={task}"], "data.path is not an option of the parent's data (data=passkey)"),
+    (["extend={task}", "data=wikitext2"], "the parent trained on the task data=passkey"),
     (["extend={rope}", "data=passkey"], "the parent trained on the corpus data="),
     (["extend={rope}", "data.path={other}"], "another tokenizer than the parent's"),
     (

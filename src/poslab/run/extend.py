@@ -311,16 +311,28 @@ def _check_asked_architecture(
 
 
 def _inherit_data(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> None:
-    """The parent's corpus and tokenizer (its data.*, the child's data.seq_len kept) unless the
-    command line names the data (data= or a data.* key other than data.seq_len): a child reads
-    the tokens its parent's embeddings know."""
+    """The parent's corpus and tokenizer (its data.*), with the data.* keys the command line
+    sets on top (data.seq_len, data.batch_size, ...), unless the command line picks another
+    data group (data=): a child reads the tokens its parent's embeddings know."""
     named = [_override_key(o) for o in asked]
-    if any(k == "data" or (k.startswith("data.") and k != "data.seq_len") for k in named):
+    if "data" in named:
         return
+    own = {k: OmegaConf.select(cfg, k) for k in named if k.startswith("data.")}
+    theirs = OmegaConf.create(parent["data"])
+    for key in own:
+        missing = OmegaConf.select(theirs, key.removeprefix("data."), default=KeyError) is KeyError
+        if key != "data.seq_len" and missing:
+            raise ConfigError(
+                f"extend: {key} is not an option of the parent's data "
+                f"(data={parent['data'].get('name', '?')}); drop it, or pick another data "
+                "group with data=NAME"
+            )
     with open_dict(cfg):
         seq_len = cfg.data.seq_len
         cfg.data = parent["data"]
         cfg.data.seq_len = seq_len
+        for key, value in own.items():
+            OmegaConf.update(cfg, key, value, force_add=True)
 
 
 def _check_data_kind(cfg: DictConfig, parent: dict[str, Any]) -> None:
