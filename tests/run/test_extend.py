@@ -131,9 +131,7 @@ def test_the_fine_tuning_defaults_apply_where_the_command_line_sets_none(corpus,
     assert cfg.model.d_model == 64 and "scaling" not in cfg.pos  # the parent's, no extension
 
 
-def test_the_child_reads_its_parents_corpus_under_its_own_data_keys(
-    corpus, parents, tmp_path
-):
+def test_the_child_reads_its_parents_corpus_under_its_own_data_keys(corpus, parents, tmp_path):
     from poslab.model.build import read_checkpoint
     from poslab.run.extend import inherit_parent
 
