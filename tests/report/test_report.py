@@ -588,3 +588,37 @@ def test_merged_seeds_average_the_gain_by_distance_token_weighted():
     (merged,) = merge_seeds([(1, [row(0.2)]), (2, [row(0.6)])], "rope")
     assert merged["context_gain"] == pytest.approx(0.4)
     assert merged["gain_by_distance"] == [[0, 0.0, 10], [16, pytest.approx(0.4), 10]]
+
+
+def test_new_runs_beside_a_committed_table_give_the_settings_its_rows_differ_in(tmp_path):
+    """A committed table's rows keep the settings that differed when it was made; new runs
+    merged beside it give their values of those settings (precision resolved), even where the
+    new runs agree, and a setting a committed row did not record reads as not recorded."""
+    from poslab.report.compare import compare
+
+    first = tmp_path / "first"
+    for scheme, precision in (("rope", "32-true"), ("alibi", "bf16-mixed")):
+        run = first / f"0_{scheme}"
+        write_run(run, curve(scheme, [10.0, 11.0, 12.0]))
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "config.yaml").write_text(
+            f"seed: 1\npos:\n  _target_: {scheme}\ntrainer:\n  precision: auto\n"
+        )
+        (run / "run.json").write_text(json.dumps({"scheme": scheme, "precision": precision}))
+    compare([first], tmp_path / "committed")
+    new = tmp_path / "new"
+    for scheme, scale in (("t5", "false"), ("sinusoidal", "true")):
+        run = new / f"0_{scheme}"
+        write_run(run, curve(scheme, [10.0, 11.0, 12.0]))
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "config.yaml").write_text(
+            f"seed: 1\npos:\n  _target_: {scheme}\ntrainer:\n  precision: auto\n"
+            f"model:\n  scale_embeddings: {scale}\n"
+        )
+        (run / "run.json").write_text(json.dumps({"scheme": scheme, "precision": "bf16-mixed"}))
+    compare([tmp_path / "committed" / "comparison.json", new], tmp_path / "out")
+    table = (tmp_path / "out" / "comparison.md").read_text().split("### what differs", 1)[1]
+    assert "| rope | 32-true | — |" in table and "| alibi | bf16-mixed | — |" in table
+    assert "| t5 | bf16-mixed | False |" in table
+    assert "| sinusoidal | bf16-mixed | True |" in table
+    assert "— : not recorded for that row" in table

@@ -156,8 +156,13 @@ def label_rows(
         runs, rows_of, labels, seeds, options_at, joins_left
     )
     _check_joins(joins_left, joined, configurations)
-    settings = differing_settings({name: (run, options_at(run)) for name, run in run_of.items()})
     merged = _merged_rows(configurations)
+    # a row read back from a committed table keeps the settings that differed when it was made:
+    # the new runs give their values of those too, so that one legend compares all rows
+    stored = {k for row in merged for k in row.get("settings") or {}}
+    settings = differing_settings(
+        {name: (run, options_at(run)) for name, run in run_of.items()}, also=stored
+    )
     for row in merged:
         if settings.get(row["scheme"]):
             row["settings"] = settings[row["scheme"]]
@@ -341,29 +346,44 @@ SCHEME_KEYS = ("pos.", "pos_name", "model_name", "seed")
 
 
 def differing_settings(
-    run_of: dict[str, tuple[Path, dict[str, Any] | None]],
+    run_of: dict[str, tuple[Path, dict[str, Any] | None]], also: set[str] | None = None
 ) -> dict[str, dict[str, Any]]:
     """row label -> the training settings (besides the scheme's own options and the seed) in
-    which the rows' runs differ, `precision=auto` resolved from the run's run.json: rows that
-    trained 150 steps never pass for rows of 500 steps. Empty when the runs agree. `run_of`:
-    row label -> (its first run's folder, that run's options as run_options reads them)."""
+    which the rows' runs differ, `precision=auto` resolved from the run's run.json (an eval.py
+    out_dir: the evaluated run's): rows that trained 150 steps never pass for rows of 500
+    steps. Empty when the runs agree. `run_of`: row label -> (its first run's folder, that run's
+    options as run_options reads them). `also`: keys given for every row even where these runs
+    agree (the settings that rows read back from a committed table differ in)."""
     options = {}
     for name, (run, opts) in run_of.items():
         if opts is None:
             continue
         if opts.get("trainer.precision") == "auto":
-            try:
-                resolved = json.loads((run / "run.json").read_text()).get("precision")
-            except (OSError, ValueError):
-                resolved = None
-            opts = {**opts, "trainer.precision": resolved or "auto"}
+            opts = {**opts, "trainer.precision": _resolved_precision(run) or "auto"}
         options[name] = {k: v for k, v in opts.items() if not k.startswith(SCHEME_KEYS)}
-    if len(options) < 2:
+    if not options or (len(options) < 2 and not also):
         return {}
     keys = sorted({k for o in options.values() for k in o})
     filled = {n: {k: o.get(k, ADDED_LATER.get(k)) for k in keys} for n, o in options.items()}
-    differ = [k for k in keys if len({repr(o[k]) for o in filled.values()}) > 1]
+    differ = [
+        k for k in keys if len({repr(o[k]) for o in filled.values()}) > 1 or k in (also or ())
+    ]
     return {n: {k: o[k] for k in differ} for n, o in filled.items()} if differ else {}
+
+
+def _resolved_precision(run: Path) -> str | None:
+    """The precision `auto` resolved to in `run` (its run.json), or in the run an eval.py
+    out_dir evaluated."""
+    from poslab.report.files import evaluated_run
+
+    for folder in (run, evaluated_run(run)):
+        try:
+            resolved = json.loads((folder / "run.json").read_text()).get("precision")
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+        if resolved:
+            return str(resolved)
+    return None
 
 
 def settings_table(rows: list[dict]) -> str:
@@ -380,6 +400,11 @@ def settings_table(rows: list[dict]) -> str:
     ]
     for name, values in by_row.items():
         lines.append(f"| {name} | " + " | ".join(str(values.get(k, "—")) for k in keys) + " |")
+    if any(k not in values for values in by_row.values() for k in keys):
+        lines.append(
+            "\n— : not recorded for that row (a row read back from a committed table keeps "
+            "only the settings that differed among the rows it was made with)"
+        )
     return "\n".join(lines)
 
 
