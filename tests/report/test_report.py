@@ -622,3 +622,32 @@ def test_new_runs_beside_a_committed_table_give_the_settings_its_rows_differ_in(
     assert "| t5 | bf16-mixed | False |" in table
     assert "| sinusoidal | bf16-mixed | True |" in table
     assert "— : not recorded for that row" in table
+
+
+def test_an_option_searched_per_seed_merges_its_seeds_only_when_named(tmp_path):
+    """LongRoPE children fine-tuned with factors searched on each parent differ in those
+    factors seed by seed: by default each seed is its own row; --per-seed KEY makes them one
+    configuration (mean ± sd over the seeds), and a run differing elsewhere stays apart."""
+    from poslab.report.compare import main
+
+    sweep = tmp_path / "sweep"
+    for seed in (1, 2, 3):
+        run = write_run(sweep / f"{seed}_rope", curve("rope", [10.0 + seed, 11.0 + seed]))
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "config.yaml").write_text(
+            f"seed: {seed}\npos:\n  _target_: R\n  scaling:\n    long_factor: [1.0, {seed}.5]\n"
+        )
+    apart = write_run(sweep / "9_rope", curve("rope", [30.0, 31.0]))
+    (apart / ".hydra").mkdir()
+    (apart / ".hydra" / "config.yaml").write_text(
+        "seed: 1\npos:\n  _target_: R\n  base: 7\n  scaling:\n    long_factor: [1.0, 1.5]\n"
+    )
+    split = compare([sweep], tmp_path / "split")
+    assert len({r["scheme"] for r in split}) == 4  # every seed apart
+    main([str(sweep), "--out", str(tmp_path / "out"), "--per-seed", "pos.scaling.long_factor"])
+    rows = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    merged = [r for r in rows if r.get("seeds") == "1 2 3"]
+    assert {r["length"] for r in merged} == {64, 128} and len({r["scheme"] for r in merged}) == 1
+    assert next(r["ppl"] for r in merged if r["length"] == 64) == pytest.approx(12.0)
+    assert len({r["scheme"] for r in rows}) == 2  # the run with another base stays apart

@@ -131,7 +131,10 @@ Configurations = dict[tuple[str, Any], list[tuple[Any, list[dict]]]]
 
 
 def label_rows(
-    results: list[Path], for_report: bool = False, joins: dict[str, str] | None = None
+    results: list[Path],
+    for_report: bool = False,
+    joins: dict[str, str] | None = None,
+    per_seed: list[str] | None = None,
 ) -> list[dict]:
     """All rows, with `scheme` made unique per configuration when two runs share a scheme name:
     by the training options in which those runs differ (`rope [pos.base=100]`), else by run
@@ -141,12 +144,19 @@ def label_rows(
     the table's folder when a run of that name stands beside it (`t5 [extrapolation_cpu_all]`).
     `for_report`: every row is checked for what the report reads too (read_result). `joins`
     ({ROW: INTO}, `--join`): the one-seed row ROW (read back from a committed table, whose
-    settings cannot be compared) counts as one more seed of the configuration labelled INTO."""
+    settings cannot be compared) counts as one more seed of the configuration labelled INTO.
+    `per_seed` (`--per-seed KEY`): options that differ between seeds by design (a LongRoPE
+    child's factors, searched on each parent): runs that differ only in them are one
+    configuration."""
     options_of: dict[Path, dict[str, Any] | None] = {}  # each run's config, read once
 
     def options_at(run: Path) -> dict[str, Any] | None:
         if run not in options_of:
-            options_of[run] = run_options(run)
+            options = run_options(run)
+            if options is not None and per_seed:
+                keys = tuple(per_seed)
+                options = {k: ("per seed" if k.startswith(keys) else v) for k, v in options.items()}
+            options_of[run] = options
         return options_of[run]
 
     runs, rows_of = _runs_and_rows(results, for_report)
@@ -924,6 +934,7 @@ def compare(
     rename: dict[str, str] | list[str] | None = None,
     only: list[str] | None = None,
     joins: list[str] | None = None,
+    per_seed: list[str] | None = None,
 ) -> list[dict]:
     """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows. With
     `baseline` (a row's scheme label) the report adds every other row's difference to it, with
@@ -938,7 +949,7 @@ def compare(
     results = find_results(paths)
     if not results:
         raise ConfigError(f"no {RESULT} under {names}; {WHAT_TO_PASS}")
-    rows = label_rows(results, for_report=True, joins=split_joins(joins or []))
+    rows = label_rows(results, True, split_joins(joins or []), per_seed)
     if not rows:
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
     rows = chosen_rows(rows, rename or {}, only)
@@ -1060,9 +1071,20 @@ def main(argv: list[str] | None = None) -> None:
         help="count the one-seed row ROW (read back from a committed comparison.json) as one "
         "more seed of row INTO (new runs of the same settings); repeatable",
     )
+    parser.add_argument(
+        "--per-seed",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a training option (or a prefix, e.g. pos.scaling.long_factor) that differs "
+        "between seeds by design, such as LongRoPE factors searched on each parent: runs "
+        "that differ only in it merge into one row; repeatable",
+    )
     args = parser.parse_args(argv)
     for pair in args.rename:  # which "=" splits ROW from NAME is decided by the rows' labels
         if "=" not in pair.strip("="):
             parser.error(f"--rename {pair!r}: write ROW=NAME")
     out = args.out or default_out(args.paths)
-    compare(args.paths, out, args.title, args.baseline, args.rename, args.only, args.join)
+    compare(
+        args.paths, out, args.title, args.baseline, args.rename, args.only, args.join, args.per_seed
+    )
