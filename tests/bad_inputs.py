@@ -149,7 +149,8 @@ TRAIN_BAD = [
     # extend=RUN (poslab/run/extend.py; every bad parent: tests/run/test_extend.py)
     train_case("extend=/no/such/run", expected="extend=/no/such/run does not exist"),
     train_case("extend={file}", expected="is a file, not a run folder"),
-    train_case("extend={task}", expected="the parent trained on the task data=passkey"),
+    # (TRAIN_BASE names data.path, which a passkey parent's data does not have)
+    train_case("extend={task}", expected="data.path is not an option of the parent's data"),
     train_case("+pos.scaling.kind=pi", expected="pos.scaling is a train-time RoPE extension"),
     train_case("data.path=/no/such/corpus", expected="data.path=/no/such/corpus does not exist"),
     train_case("data.path={binary}", expected="train.txt"),

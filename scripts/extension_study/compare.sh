@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The study's table from every finished job folder under OUT (run from the repository root;
+# extra arguments go to compare.py, e.g. --out "$PWD/docs/results/extension_finetune": an
+# absolute path, since this runs inside OUT)
+ROOT=$(pwd)
+cd "${OUT:-outputs/extension_study}"
+dirs=$(for d in base_s* eval0_* ft50_* drope50_* drope200_* plain50_* scratch512_*; do [ -f $d/extrapolation/extrapolation.json ] && echo $d; done)
+R=()
+for k in pi ntk yarn llama3 longrope; do
+  R+=(--rename "rope + $k s=4=rope + $k s=4, eval-time (0 steps)")
+  R+=(--rename "rope + $k s=4, fine-tuned from L=128=rope + $k s=4, 50 steps at L=512")
+done
+# the rows that share the name rope or DroPE's are told apart by long option lists: short names
+while IFS= read -r line; do R+=(--rename "$line"); done < <(python - $dirs <<'PY'
+import sys
+from pathlib import Path
+from poslab.report.compare import label_rows
+labels = {r["scheme"] for r in label_rows([Path(d) / "extrapolation" / "extrapolation.json" for d in sys.argv[1:]])}
+for label in sorted(labels):
+    if label.startswith("rope ["):
+        if "data.seq_len=128" in label:
+            print(f"{label}=rope")
+        elif "trainer.max_steps=50" in label:
+            print(f"{label}=rope, 50 steps at L=512 (no extension)")
+        elif "trainer.max_steps=350" in label:
+            print(f"{label}=rope from scratch at L=512 (350 steps)")
+    elif label.startswith("nope (DroPE") and "max_steps=" in label:
+        steps = label.split("trainer.max_steps=")[1].split("]")[0].split(",")[0]
+        print(f"{label}=nope (DroPE from rope at L=128), {steps} steps")
+PY
+)
+python "$ROOT/scripts/compare.py" $dirs --baseline rope "${R[@]}" \
+  --per-seed pos.scaling.long_factor --per-seed pos.scaling.short_factor "$@" \
+  --title "context extension by fine-tuning: rope trained at L=128 (3M, 300 steps), extended to 512"
