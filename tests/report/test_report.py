@@ -651,3 +651,5 @@ def test_an_option_searched_per_seed_merges_its_seeds_only_when_named(tmp_path):
     assert {r["length"] for r in merged} == {64, 128} and len({r["scheme"] for r in merged}) == 1
     assert next(r["ppl"] for r in merged if r["length"] == 64) == pytest.approx(12.0)
     assert len({r["scheme"] for r in rows}) == 2  # the run with another base stays apart
+    with pytest.raises(ConfigError, match="--per-seed pos.scaling.long_factr: no run here"):
+        compare([sweep], tmp_path / "typo", per_seed=["pos.scaling.long_factr"])

@@ -166,6 +166,17 @@ def label_rows(
         runs, rows_of, labels, seeds, options_at, joins_left
     )
     _check_joins(joins_left, joined, configurations)
+    for key in per_seed or ():  # a key that names no option of any run: a typo, one line
+        if not any(
+            v == "per seed" and k.startswith(key)
+            for o in options_of.values()
+            if o
+            for k, v in o.items()
+        ):
+            raise ConfigError(
+                f"--per-seed {key}: no run here has an option {key!r} (or under it); pass a "
+                "training option of these runs, as .hydra/config.yaml names it"
+            )
     merged = _merged_rows(configurations)
     # a row read back from a committed table keeps the settings that differed when it was made:
     # the new runs give their values of those too, so that one legend compares all rows
