@@ -36,7 +36,7 @@ case $type in
       trainer.val_check_interval=$K $EV hydra.run.dir=$O resume=auto ;;
   drope*) K=${type#drope}; O=$D/drope${K}_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
     python train.py $FT extend=$P pos=nope trainer.max_steps=$K \
-      trainer.val_check_interval=$(( K > 0 ? K : 1 )) $EV hydra.run.dir=$O resume=auto ;;
+      trainer.val_check_interval=$K $EV hydra.run.dir=$O resume=auto ;;
   ctx) O=$D/ctx_rope_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
     python eval.py run=$P eval.short_context=32 eval.max_tokens=65536 eval.precision=32-true \
       out_dir=$O wandb=false ;;

@@ -590,6 +590,16 @@ def test_merged_seeds_average_the_gain_by_distance_token_weighted():
     assert merged["gain_by_distance"] == [[0, 0.0, 10], [16, pytest.approx(0.4), 10]]
 
 
+def configured_run(folder: Path, scheme: str, config: str, precision: str) -> Path:
+    """A run folder with its results, Hydra's config (`config`, YAML) and the run.json that
+    records what precision=auto resolved to."""
+    write_run(folder, curve(scheme, [10.0, 11.0, 12.0]))
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "config.yaml").write_text(config)
+    (folder / "run.json").write_text(json.dumps({"scheme": scheme, "precision": precision}))
+    return folder
+
+
 def test_new_runs_beside_a_committed_table_give_the_settings_its_rows_differ_in(tmp_path):
     """A committed table's rows keep the settings that differed when it was made; new runs
     merged beside it give their values of those settings (precision resolved), even where the
@@ -598,24 +608,16 @@ def test_new_runs_beside_a_committed_table_give_the_settings_its_rows_differ_in(
 
     first = tmp_path / "first"
     for scheme, precision in (("rope", "32-true"), ("alibi", "bf16-mixed")):
-        run = first / f"0_{scheme}"
-        write_run(run, curve(scheme, [10.0, 11.0, 12.0]))
-        (run / ".hydra").mkdir()
-        (run / ".hydra" / "config.yaml").write_text(
-            f"seed: 1\npos:\n  _target_: {scheme}\ntrainer:\n  precision: auto\n"
-        )
-        (run / "run.json").write_text(json.dumps({"scheme": scheme, "precision": precision}))
+        config = f"seed: 1\npos:\n  _target_: {scheme}\ntrainer:\n  precision: auto\n"
+        configured_run(first / f"0_{scheme}", scheme, config, precision)
     compare([first], tmp_path / "committed")
     new = tmp_path / "new"
     for scheme, scale in (("t5", "false"), ("sinusoidal", "true")):
-        run = new / f"0_{scheme}"
-        write_run(run, curve(scheme, [10.0, 11.0, 12.0]))
-        (run / ".hydra").mkdir()
-        (run / ".hydra" / "config.yaml").write_text(
+        config = (
             f"seed: 1\npos:\n  _target_: {scheme}\ntrainer:\n  precision: auto\n"
             f"model:\n  scale_embeddings: {scale}\n"
         )
-        (run / "run.json").write_text(json.dumps({"scheme": scheme, "precision": "bf16-mixed"}))
+        configured_run(new / f"0_{scheme}", scheme, config, "bf16-mixed")
     compare([tmp_path / "committed" / "comparison.json", new], tmp_path / "out")
     table = (tmp_path / "out" / "comparison.md").read_text().split("### what differs", 1)[1]
     assert "| rope | 32-true | — |" in table and "| alibi | bf16-mixed | — |" in table

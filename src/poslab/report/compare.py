@@ -397,10 +397,10 @@ def _resolved_precision(run: Path) -> str | None:
     out_dir evaluated."""
     from poslab.report.files import evaluated_run
 
-    for folder in (run, evaluated_run(run)):
+    for folder in filter(None, (run, evaluated_run(run))):
         try:
             resolved = json.loads((folder / "run.json").read_text()).get("precision")
-        except (OSError, ValueError, TypeError, AttributeError):
+        except (OSError, ValueError, AttributeError):  # no file, not JSON, not an object
             continue
         if resolved:
             return str(resolved)

@@ -320,8 +320,7 @@ def _inherit_data(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> 
     own = {k: OmegaConf.select(cfg, k) for k in named if k.startswith("data.")}
     theirs = OmegaConf.create(parent["data"])
     for key in own:
-        missing = OmegaConf.select(theirs, key.removeprefix("data."), default=KeyError) is KeyError
-        if key != "data.seq_len" and missing:
+        if OmegaConf.select(theirs, key.removeprefix("data."), default=KeyError) is KeyError:
             raise ConfigError(
                 f"extend: {key} is not an option of the parent's data "
                 f"(data={parent['data'].get('name', '?')}); drop it, or pick another data "
