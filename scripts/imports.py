@@ -65,7 +65,15 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "analysis and the commands",
-        ("poslab.analysis", "poslab.apps", "poslab.bench", "poslab.hf.export", "poslab.study"),
+        (
+            "poslab.analysis",
+            "poslab.apps",
+            "poslab.bench",
+            "poslab.hf.export",
+            "poslab.hf.bundle",
+            "poslab.hf.remote",  # written into an exported folder: relative imports only
+            "poslab.study",
+        ),
     ),
 ]
 

@@ -12,6 +12,13 @@
 #   dropeK - S      extend= pos=nope (DroPE) at L=128, K ≥ 1 recalibration steps
 #   ctx - S         context use (c = 32) of the parent at 1-16x
 #   scratch - S     rope from scratch at L=512, the parent's tokens plus 50 steps'
+# The needle (experiment=tasks_needle_cpu): rope at L=64 extended to 256, scored at 64-1024
+#   nparent - S     rope trained on the needle at L=64 (the task study's command)
+#   nbase - S       that parent scored as trained
+#   neval0 KIND S   the parent with eval.rope_scaling.kind=KIND factor 4
+#   nftK KIND S     extend= to L=256 with +pos.scaling.kind=KIND factor 4, K steps
+#   nplainK - S     extend= to L=256 with no extension, K steps
+#   ndropeK - S     extend= pos=nope (DroPE) at L=64, K steps
 cd "$(dirname "$0")/../.."   # the repository root
 type=$1; kind=$2; s=$3
 P=${PARENTS:-outputs/study45}/rope_s$s; D=${OUT:-outputs/extension_study}
@@ -19,6 +26,9 @@ EV="eval.lengths=[128,256,512,1024,2048] eval.modes=[nonoverlapping] eval.max_to
 FT="experiment=extrapolation_cpu trainer.precision=32-true logger=csv seed=$s"
 factors() { [ "$kind" = longrope ] && echo "$1.factors_file=$D/longrope_s$s/longrope_factors.json"; }
 export OMP_NUM_THREADS=1
+NP=$D/needle_rope_s$s
+NEV="eval.lengths=[64,128,256,512,1024]"
+NFT="experiment=tasks_needle_cpu data=needle seed=$s train.stop_at_accuracy=null"
 case $type in
   base) O=$D/base_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
     python eval.py run=$P $EV out_dir=$O wandb=false ;;
@@ -43,4 +53,22 @@ case $type in
   scratch) O=$D/scratch512_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
     python train.py $FT pos=rope data.seq_len=512 data.batch_size=8 trainer.max_steps=350 \
       trainer.val_check_interval=175 $EV hydra.run.dir=$O resume=auto ;;
+  nparent) grep -q '"status": "completed"' $NP/status.json 2>/dev/null && exit 0
+    python train.py experiment=tasks_needle_cpu data=needle pos=rope seed=$s \
+      hydra.run.dir=$NP resume=auto ;;
+  nbase) O=$D/nbase_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
+    python eval.py run=$NP $NEV out_dir=$O wandb=false ;;
+  neval0) O=$D/neval0_${kind}_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
+    python eval.py run=$NP $NEV out_dir=$O wandb=false eval.rope_scaling.kind=$kind \
+      eval.rope_scaling.factor=4 ;;
+  nft*) K=${type#nft}; O=$D/nft${K}_${kind}_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
+    python train.py $NFT extend=$NP data.seq_len=256 +pos.scaling.kind=$kind \
+      +pos.scaling.factor=4 trainer.max_steps=$K trainer.val_check_interval=$K $NEV \
+      hydra.run.dir=$O resume=auto ;;
+  nplain*) K=${type#nplain}; O=$D/nplain${K}_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
+    python train.py $NFT extend=$NP data.seq_len=256 trainer.max_steps=$K \
+      trainer.val_check_interval=$K $NEV hydra.run.dir=$O resume=auto ;;
+  ndrope*) K=${type#ndrope}; O=$D/ndrope${K}_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
+    python train.py $NFT extend=$NP pos=nope trainer.max_steps=$K \
+      trainer.val_check_interval=$K $NEV hydra.run.dir=$O resume=auto ;;
 esac

@@ -15,6 +15,31 @@ from poslab.positions.learned import LearnedPositions
 from poslab.positions.rope import Rotary
 
 
+@pytest.mark.parametrize("scheme", ["alibi", "t5"])
+def test_any_other_trained_run_exports_with_custom_code(
+    scheme, trained_runs, tmp_path, monkeypatch, capfd
+):
+    """The command on a run of a scheme with no native HF architecture: the folder holds
+    poslab's code, the check passed (the printed gap), and it loads with trust_remote_code."""
+    from transformers import AutoModelForCausalLM
+
+    from poslab.evaluation.run import checkpoint_of_run
+    from poslab.model.build import load_checkpoint
+
+    run = trained_runs[scheme][0]
+    out = tmp_path / "hf"
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    result = run_in_process(
+        "export_hf.py", [str(run), "--out", str(out)], tmp_path, monkeypatch, capfd
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "PoslabForCausalLM, custom code" in result.stdout
+    assert "trust_remote_code=True" in result.stdout
+    hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
+    model, config = load_checkpoint(checkpoint_of_run(run))
+    assert logit_gap(model, hf, 4 * int(config["data"]["seq_len"])) < 1e-5
+
+
 @pytest.mark.parametrize("scheme", ["rope", "learned"])
 def test_a_trained_run_exports_and_loads_back_with_equal_logits(
     scheme, trained_runs, tmp_path, monkeypatch, capfd
@@ -81,17 +106,18 @@ def test_learned_exports_as_gpt2_without_biases(tmp_path):
 @pytest.mark.parametrize(
     "case",
     [
-        ("alibi", [], "pos=alibi maps to no Hugging Face architecture; the schemes that export"),
+        ("task", [], "was trained on a generated task (data=passkey), whose tokens have no"),
         ("rope", ["--out", "{file}"], "is not an empty folder"),
         ("nowhere", [], "is not a run folder (no checkpoints/); pass a run folder or a .ckpt"),
     ],
-    ids=["alibi", "out-not-empty", "no-checkpoint"],
+    ids=["task", "out-not-empty", "no-checkpoint"],
 )
 def test_a_model_that_does_not_export_is_one_line(
-    case, trained_runs, corpus, tmp_path, monkeypatch, capfd
+    case, trained_runs, corpus, tmp_path, monkeypatch, capfd, request
 ):
     scheme, extra, expected = case
     run = trained_runs[scheme][0] if scheme in trained_runs else tmp_path / scheme
+    run = request.getfixturevalue("task_run") if scheme == "task" else run
     out = tmp_path / "hf"
     extra = [a.format(file=corpus / "train.txt") for a in extra]
     args = [str(run), "--out", str(out), *extra]

@@ -1,13 +1,14 @@
-"""A poslab model as a standard Hugging Face model, where the architecture maps exactly:
-`learned` positions -> GPT-2, `rope` -> GPT-NeoX (scripts/export_hf.py).
+"""A poslab model as a Hugging Face model (scripts/export_hf.py): a native architecture where
+one maps exactly, `learned` positions -> GPT-2, `rope` -> GPT-NeoX; every other model with
+poslab's model code in the folder (custom code, `trust_remote_code=True`; bundle.py).
 
 Both are poslab's block (pre-LayerNorm, exact-erf GELU MLP, biases, tied embeddings): GPT-2
 adds a learned table like `learned`, GPT-NeoX rotates like `rope` with `pairing=half`. An
 `interleaved` rope (RoFormer's pairs 2i, 2i+1) exports too: the query and key rows of each head
 are permuted so pair i sits at dims i and i + R/2, which leaves every score unchanged (the Llama
-conversion does the same). Missing biases are exported as zeros. Anything that would not give
-the same logits (another scheme, a learned θ, an attention kernel other than softmax, a window,
-scaled embeddings, a concatenated table) is one line before anything is written.
+conversion does the same). Missing biases are exported as zeros. What would not give the same
+logits natively (another scheme, a learned θ, an attention kernel other than softmax, a window,
+scaled embeddings, a concatenated table: `export_problem`) exports as custom code.
 """
 
 from __future__ import annotations
@@ -200,15 +201,18 @@ def _load(hf: nn.Module, state: dict[str, Tensor]) -> None:
             params[name].copy_(state[name].detach().float())
 
 
-def export_hf(model: GPT, config: dict[str, Any], tokenizer: Any, folder: Path) -> nn.Module:
-    """Write `model` to `folder` as an HF model with its tokenizer (save_pretrained); returns
-    the HF model. A model that does not map exactly is a ConfigError before anything is
-    written."""
+def export_hf(
+    model: GPT, config: dict[str, Any], tokenizer: Any, folder: Path, custom_code: bool = False
+) -> nn.Module | None:
+    """Write `model` to `folder` as an HF model with its tokenizer (save_pretrained): as GPT-2 or
+    GPT-NeoX where the architecture maps exactly, else (or with `custom_code`) with poslab's
+    model code beside it (export_custom_code). Returns the native HF model, None for custom
+    code (which loads only from the folder)."""
     from poslab.positions.learned import LearnedPositions
 
-    problem = export_problem(model, config)
-    if problem:
-        raise ConfigError(problem)
+    if custom_code or export_problem(model, config):
+        export_custom_code(model, config, tokenizer, folder)
+        return None
     model = model.float().eval()
     context = int((config.get("data") or {}).get("seq_len") or 2048)  # the training length
     hf = to_gpt2(model) if isinstance(model.pos, LearnedPositions) else to_gpt_neox(model, context)
@@ -217,6 +221,68 @@ def export_hf(model: GPT, config: dict[str, Any], tokenizer: Any, folder: Path) 
     hf.save_pretrained(folder)
     hf_tokenizer(tokenizer).save_pretrained(folder)
     return hf
+
+
+def export_custom_code(model: GPT, config: dict[str, Any], tokenizer: Any, folder: Path) -> None:
+    """`model` as an HF model with custom code (`auto_map`, trust_remote_code=True): poslab's
+    model code (bundle.py), config.json holding the run's network, the weights as safetensors
+    and the tokenizer; torch and transformers load it, without poslab."""
+    from omegaconf import OmegaConf
+    from safetensors.torch import save_file
+
+    from poslab.hf.bundle import write_bundle
+    from poslab.hf.remote.configuration_poslab import PoslabConfig
+    from poslab.model.build import attention_config
+    from poslab.positions import scheme_configs
+    from poslab.positions.extensions import EXTENSION_CONF, extension_names
+
+    seq_len = int(config["data"]["seq_len"])
+    network = {
+        "model": dict(config["model"]),
+        "pos": dict(config["pos"]),
+        "attention": dict(attention_config(config)),
+    }
+    hf_config = PoslabConfig(
+        poslab=network,
+        vocab_size=model.config.vocab_size,
+        train_length=seq_len,
+        use_cache=False,  # generation recomputes the sequence (modeling_poslab.py)
+        architectures=["PoslabForCausalLM"],
+        auto_map={
+            "AutoConfig": "configuration_poslab.PoslabConfig",
+            "AutoModelForCausalLM": "modeling_poslab.PoslabForCausalLM",
+        },
+        **_special_ids(tokenizer),
+    )
+    # a per-layer schedule builds its members from conf/pos/ resolved at its training length
+    registry_length = int(config["pos"].get("train_length") or seq_len)
+    kinds = {
+        kind: OmegaConf.to_container(OmegaConf.load(EXTENSION_CONF / f"{kind}.yaml"))
+        for kind in extension_names()
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    write_bundle(folder, scheme_configs(registry_length), kinds)
+    hf_config.save_pretrained(folder)
+    state = {
+        f"poslab.{name}": tensor.detach().float().contiguous()
+        for name, tensor in model.state_dict().items()
+        if name != "lm_head.weight"  # tied to tok_emb.weight
+    }
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "requirements.txt").write_text(REQUIREMENTS)
+    hf_tokenizer(tokenizer).save_pretrained(folder)
+
+
+# what an exported folder needs (its code imports these and the standard library only)
+REQUIREMENTS = "torch>=2.4\ntransformers>=5.0\nsafetensors\n"
+
+
+def _special_ids(tokenizer: Any) -> dict[str, int]:
+    """eos/bos ids of the exported tokenizer (poslab's <eos> ends every line)."""
+    from poslab.data.tokens import EOS
+
+    eos = tokenizer.token_to_id(EOS)
+    return {} if eos is None else {"eos_token_id": eos, "bos_token_id": eos}
 
 
 def hf_tokenizer(tokenizer: Any) -> Any:
@@ -240,10 +306,13 @@ def hf_tokenizer(tokenizer: Any) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **special)
 
 
-def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tuple[Path, str, float]:
-    """scripts/export_hf.py: export a run's best checkpoint to `out`, load it back as an HF
-    model and compare logits with poslab's on a probe; a mismatch removes the folder and is an
-    error. Returns (folder, architecture, largest logit gap)."""
+def export_and_check(
+    run: Path, out: Path, data_path: str | None = None, custom_code: bool = False
+) -> tuple[Path, str, float]:
+    """scripts/export_hf.py: export a run's best checkpoint to `out` (native where exact, else
+    or with `custom_code` poslab's code beside it), load it back as an HF model and compare
+    logits with poslab's on a probe; a mismatch removes the folder and is an error. Returns
+    (folder, architecture, largest logit gap)."""
     import shutil
 
     from transformers import AutoModelForCausalLM
@@ -261,14 +330,12 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
     else:
         ckpt = checkpoint_of_run(run)
     model, config = load_checkpoint(ckpt)
-    problem = export_problem(model, config)
-    if problem:  # before the tokenizer is read (which may tokenize a corpus)
-        raise ConfigError(problem)
-    if "task" in config["data"]:
+    if "task" in config["data"]:  # before the tokenizer is read (which may tokenize a corpus)
         raise ConfigError(
             f"{run} was trained on a generated task (data={config['data'].get('name')}), whose "
             "tokens have no text tokenizer; export a run trained on a corpus"
         )
+    custom_code = custom_code or export_problem(model, config) is not None
     record = read_checkpoint(ckpt).get("tokenizer")
     if record:  # the run's own tokenizer, never one retrained on a corpus that changed since
         from tokenizers import Tokenizer
@@ -281,8 +348,8 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
         tokenizer = cache.tokenizer()
     created = not out.exists()
     try:
-        export_hf(model, config, tokenizer, out)
-        hf = AutoModelForCausalLM.from_pretrained(out).eval()
+        export_hf(model, config, tokenizer, out, custom_code=custom_code)
+        hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=custom_code).eval()
         gap = logit_gap(model, hf, int(config["data"]["seq_len"]))
         if gap > 1e-4:
             raise RuntimeError(f"the exported model's logits differ from poslab's by {gap:.3g}")
@@ -290,7 +357,8 @@ def export_and_check(run: Path, out: Path, data_path: str | None = None) -> tupl
         if created:
             shutil.rmtree(out, ignore_errors=True)
         raise
-    return out, type(hf).__name__, gap
+    architecture = type(hf).__name__ + (", custom code" if custom_code else "")
+    return out, architecture, gap
 
 
 def logit_gap(model: GPT, hf: nn.Module, length: int) -> float:
@@ -306,11 +374,15 @@ tokenizer), for the tools people already run on HF models (lm-evaluation-harness
 
 poslab-export outputs/runs/DATE/TIME_NAME --out exported/rope   # or python scripts/export_hf.py
 lm_eval --model hf --model_args pretrained=exported/rope --tasks lambada_openai
+lm_eval --model hf --model_args pretrained=exported/alibi,trust_remote_code=True --tasks ...
 
-Exports where the architecture maps exactly: pos=learned -> GPT-2, pos=rope -> GPT-NeoX (either
-pairing). The export is checked before it is kept: the HF model, loaded back from the folder,
-must give poslab's logits on a probe. Another scheme, a run folder without a checkpoint, an
---out that holds files: one `error: ...` line with exit code 2, nothing written.
+Where the architecture maps exactly, a native HF model: pos=learned -> GPT-2, pos=rope ->
+GPT-NeoX (either pairing). Every other run (any scheme, kernel, gate or sinks) exports with
+poslab's model code in the folder (custom code: load it with trust_remote_code=True; it needs
+torch and transformers, not poslab); --custom-code asks for that form for learned and rope too.
+The export is checked before it is kept: the HF model, loaded back from the folder, must give
+poslab's logits on a probe. A task run (no text tokenizer), a run folder without a checkpoint,
+an --out that holds files: one `error: ...` line with exit code 2, nothing written.
 """
 
 
@@ -320,13 +392,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run", type=Path, help="a training run folder (or a .ckpt file)")
     parser.add_argument("--out", type=Path, required=True, help="the HF model's folder (new)")
     parser.add_argument("--data-path", default=None, help="the corpus, if it moved (tokenizer)")
+    parser.add_argument(
+        "--custom-code",
+        action="store_true",
+        help="poslab's model code in the folder even where a native architecture maps exactly",
+    )
     args = parser.parse_args(argv)
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         raise ConfigError(f"--out {args.out} is not an empty folder; pass a new folder")
     check_writable(args.out, "--out")
-    folder, architecture, gap = export_and_check(args.run, args.out, args.data_path)
+    folder, architecture, gap = export_and_check(
+        args.run, args.out, args.data_path, args.custom_code
+    )
+    trust = ", trust_remote_code=True" if "custom code" in architecture else ""
     print(
         f"wrote {folder} ({architecture}; logits equal poslab's within {gap:.1e}); "
-        f"load it with AutoModelForCausalLM.from_pretrained({str(folder)!r})",
+        f"load it with AutoModelForCausalLM.from_pretrained({str(folder)!r}{trust})",
         flush=True,
     )

@@ -1,0 +1,141 @@
+"""A poslab GPT as a Hugging Face causal LM (written by poslab's export, poslab/hf/export.py):
+`AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`. It needs torch and
+transformers only: the model code beside this file is poslab's own (poslab_*.py), so the logits
+are poslab's (tests/hf/test_remote_code.py holds them to 1e-5 at 1x, 4x and 16x L).
+
+Generation recomputes the whole sequence at every step (no key/value cache): correct for every
+scheme, including those whose attention depends on the data (FoX, CoPE, stick-breaking), and
+quadratic in the length. Padding is not supported: a batch of sequences of one length, or one
+sequence at a time (lm-evaluation-harness: batch_size=1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_poslab import PoslabConfig
+from .poslab_instantiate import instantiate_checked
+from .poslab_model_gpt import GPT, GPTConfig
+from .poslab_modules import __doc__ as _modules  # noqa: F401 (every module, for the loader)
+from .poslab_positions_rope_scaling import scaling_options
+
+# model options of checkpoints older than the attention= group (poslab.model.build)
+LEGACY_MODEL_KEYS = ("attention", "attn_block_size")
+V5 = int(transformers.__version__.split(".")[0]) >= 5
+
+
+def build_gpt(config: PoslabConfig) -> GPT:
+    """The GPT of a run config, with the eval-time options of `config` (as eval.py builds it)."""
+    gpt_config = gpt_config_of(config)
+    return GPT(gpt_config, build_scheme(config), instantiate_checked(config.poslab["attention"]))
+
+
+def gpt_config_of(config: PoslabConfig) -> GPTConfig:
+    spec = config.poslab
+    legacy = LEGACY_MODEL_KEYS
+    options = {k: v for k, v in spec["model"].items() if not k.startswith("_") and k not in legacy}
+    return GPTConfig(vocab_size=config.vocab_size, **options)
+
+
+def build_scheme(config: PoslabConfig) -> torch.nn.Module:
+    """The positional scheme, with eval.pos_overrides and eval.rope_scaling applied."""
+    gpt_config = gpt_config_of(config)
+    unknown = sorted(set(config.eval) - {"rope_scaling", "pos_overrides"})
+    if unknown:
+        raise ValueError(
+            f"eval.{unknown[0]}: the exported model reads eval.rope_scaling and "
+            "eval.pos_overrides only"
+        )
+    pos = {**config.poslab["pos"], **(config.eval.get("pos_overrides") or {})}
+    rope_scaling = config.eval.get("rope_scaling")
+    if rope_scaling:
+        factor = rope_scaling.get("factor")
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool):
+            raise ValueError(
+                f"eval.rope_scaling.factor={factor!r}: give a number (eval.py's `auto` follows "
+                "each evaluated length, which a model loaded once cannot)"
+            )
+        length = config.train_length
+        pos = {**pos, "scaling": scaling_options(dict(rope_scaling), pos, length, length)}
+    sizes = {"d_model": gpt_config.d_model, "n_head": gpt_config.n_head}
+    # HF builds the model on the meta device; some schemes compute their derived state from
+    # real numbers when built (HoPE's and p-RoPE's cut), and they are small
+    with torch.device("cpu"):
+        return instantiate_checked(pos, **sizes, n_layer=gpt_config.n_layer)
+
+
+class PoslabForCausalLM(PreTrainedModel, GenerationMixin):
+    config_class = PoslabConfig
+    base_model_prefix = "poslab"
+    _tied_weights_keys = (
+        {"poslab.lm_head.weight": "poslab.tok_emb.weight"} if V5 else ["poslab.lm_head.weight"]
+    )
+    _no_split_modules = ["Block"]
+
+    def __init__(self, config: PoslabConfig) -> None:
+        super().__init__(config)
+        self.poslab = build_gpt(config)
+        self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> PoslabForCausalLM:
+        model = super().from_pretrained(*args, **kwargs)
+        model.rebuild_derived_buffers()
+        return model
+
+    def rebuild_derived_buffers(self) -> None:
+        """A scheme's derived state (a fixed θ, ALiBi's slopes) lives in non-persistent
+        buffers, computed from the config when the scheme is built; the folder does not hold
+        them and HF's loader leaves them unset (it builds the model on the meta device), so
+        they are computed again here."""
+        fresh = build_scheme(self.config)
+        device = self.poslab.tok_emb.weight.device
+        persistent = set(fresh.state_dict())
+        for name, buffer in fresh.named_buffers():
+            if name in persistent:
+                continue
+            owner, _, leaf = name.rpartition(".")
+            module = self.poslab.pos.get_submodule(owner)
+            module._buffers[leaf] = buffer.to(device)
+
+    def _init_weights(self, module: torch.nn.Module) -> None:
+        """Every weight comes from the folder; derived buffers (θ, slopes) are built from the
+        config by the modules themselves."""
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.poslab.tok_emb
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.poslab.lm_head
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast:
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError(
+                "this poslab model takes no padding (an attention_mask with zeros): pass "
+                "sequences of one length, or one at a time"
+            )
+        logits = self.poslab(input_ids)
+        loss = None
+        if labels is not None:  # next-token loss, as HF's causal LMs compute it
+            loss = F.cross_entropy(
+                logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+            )
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+    def prepare_inputs_for_generation(
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """The whole sequence at every step (no cache)."""
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
