@@ -25,6 +25,18 @@ class TrainingDiverged(ConfigError):
     usually the learning rate or a scheme option, are the input to change)."""
 
 
+def require_extra(module: str, extra: str, purpose: str) -> None:
+    """`module` importable, or a ConfigError naming the extra of poslab that installs it."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(
+            f'{purpose} needs {module}, which is not installed; pip install "poslab[{extra}]"'
+        ) from None
+
+
 def report(err: ConfigError) -> None:
     """Print `error: <message>` on stderr, once."""
     if not err.reported:

@@ -161,3 +161,25 @@ def test_an_exported_run_evaluated_as_a_pretrained_model_gives_the_runs_own_tabl
         for key in ("mode", "length", "tokens", "words", "bytes"):
             assert ours[key] == theirs[key], key
         assert theirs["ppl"] == pytest.approx(ours["ppl"], rel=1e-5)
+
+
+@pytest.mark.parametrize("app", ["export_hf.py", "eval"])
+def test_without_the_hf_extra_each_hf_command_says_what_to_install(
+    app, trained_runs, corpus, tmp_path, monkeypatch, capfd
+):
+    """transformers missing (as without `pip install "poslab[hf]"`): one line, before any work."""
+    import sys
+
+    run = trained_runs["alibi"][0]  # trained first (Lightning looks for transformers)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers: ImportError
+    out = tmp_path / "hf"
+    args = (
+        [str(run), "--out", str(out)]
+        if app == "export_hf.py"
+        else [f"hf={run}", f"data_path={corpus}", f"out_dir={out}", "wandb=false"]
+    )
+    result = run_in_process(app, args, tmp_path, monkeypatch, capfd)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith("error: ") and 'pip install "poslab[hf]"' in lines[0], lines[0]
+    assert not out.exists()

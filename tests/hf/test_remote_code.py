@@ -6,7 +6,6 @@ logits at 1x, 4x and 16x L, and decodes greedily as poslab's own model does, tok
 from __future__ import annotations
 
 import ast
-import copy
 import json
 import subprocess
 import sys
@@ -16,18 +15,14 @@ from typing import Any
 import pytest
 import torch
 from conftest import SCHEMES
-from models import VOCAB, kernel_config
-from tokenizers import Tokenizer, models, pre_tokenizers
+from exported_models import SEQ_LEN, VOCAB, run_config, trained_looking, word_tokenizer
 
-from poslab.data.tokens import EOS, UNK
+from poslab.data.tokens import EOS
 from poslab.hf.bundle import ALLOWED
 from poslab.hf.export import export_custom_code
 from poslab.model.build import build_model
-from poslab.positions import scheme_configs
 from poslab.positions.rope_scaling import scaling_options
 
-SEQ_LEN = 16  # L: 16x L is 256 tokens
-CONFIGS = scheme_configs(SEQ_LEN)
 LENGTHS = (SEQ_LEN, 4 * SEQ_LEN, 16 * SEQ_LEN)
 PROMPT, NEW_TOKENS = 8, 6  # within L: a learned table stops at L
 
@@ -70,36 +65,6 @@ for folder in map(Path, sys.argv[2:]):
     results[folder.name] = {"logits": logits, "generated": generated}
 torch.save(results, sys.argv[1])
 """
-
-
-def word_tokenizer() -> Tokenizer:
-    vocab = {EOS: 0, UNK: 1, **{f"w{i}": i + 2 for i in range(VOCAB - 2)}}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return tokenizer
-
-
-def run_config(scheme: str, kernel: str, model_options: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "model": {"n_layer": 2, "n_head": 4, "d_model": 32, **model_options},
-        "pos": copy.deepcopy(CONFIGS[scheme]),
-        "attention": kernel_config(kernel),
-        "data": {"seq_len": SEQ_LEN},
-    }
-
-
-def trained_looking(config: dict[str, Any]) -> torch.nn.Module:
-    """The run's GPT with weights far from the init (std 0.2, positional parameters N(0, 1)), so
-    that positions visibly change the logits (as tests/models.py's tiny_gpt)."""
-    torch.manual_seed(0)
-    model = build_model(config, VOCAB)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.startswith("pos."):
-                param.normal_(0, 1.0)
-            elif param.dim() >= 2:
-                param.normal_(0, 0.2)
-    return model.eval()
 
 
 def with_eval_options(config: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:

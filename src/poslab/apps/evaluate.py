@@ -7,7 +7,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from poslab.errors import ConfigError
+from poslab.errors import ConfigError, require_extra
 from poslab.run.cli import hydra_task, run_app
 
 # eval.py's own top-level options: paths (or null), and a switch
@@ -86,6 +86,8 @@ def main(cfg: DictConfig) -> None:
         problem = entry_option_problem(key, cfg.get(key))
         if problem:
             raise ConfigError(problem)
+    if cfg.get("hf"):  # a pretrained HF model: transformers, from the hf extra
+        require_extra("transformers", "hf", f"eval.py hf={cfg.hf}")
     from poslab.evaluation.run import run_eval  # after Hydra: a typo fails without importing torch
 
     run_eval(cfg)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from poslab.arguments import OneLineParser, check_writable
-from poslab.errors import ConfigError, exit_on_config_error
+from poslab.errors import ConfigError, exit_on_config_error, require_extra
 from poslab.model.gpt import GPT, Block
 
 EXPORTS = {"learned": "GPT-2", "rope": "GPT-NeoX"}
@@ -317,9 +317,8 @@ def export_and_check(
 
     from transformers import AutoModelForCausalLM
 
-    from poslab.data.cache import TokenCache
-    from poslab.evaluation.run import check_unrecorded_tokenizer, checkpoint_of_run
-    from poslab.model.build import load_checkpoint, read_checkpoint
+    from poslab.evaluation.run import checkpoint_of_run
+    from poslab.model.build import load_checkpoint
 
     if run.suffix == ".ckpt":
         ckpt = run
@@ -336,16 +335,7 @@ def export_and_check(
             "tokens have no text tokenizer; export a run trained on a corpus"
         )
     custom_code = custom_code or export_problem(model, config) is not None
-    record = read_checkpoint(ckpt).get("tokenizer")
-    if record:  # the run's own tokenizer, never one retrained on a corpus that changed since
-        from tokenizers import Tokenizer
-
-        tokenizer = Tokenizer.from_str(record["json"])
-    else:  # a checkpoint older than the record
-        overrides = {"path": data_path} if data_path else {}
-        cache = TokenCache.from_config(config["data"], **overrides)
-        check_unrecorded_tokenizer(cache, ckpt, asked=bool(data_path))
-        tokenizer = cache.tokenizer()
+    tokenizer = run_tokenizer(ckpt, config, data_path)
     created = not out.exists()
     try:
         export_hf(model, config, tokenizer, out, custom_code=custom_code)
@@ -359,6 +349,25 @@ def export_and_check(
         raise
     architecture = type(hf).__name__ + (", custom code" if custom_code else "")
     return out, architecture, gap
+
+
+def run_tokenizer(ckpt: Path, config: dict[str, Any], data_path: str | None = None) -> Any:
+    """The `tokenizers` tokenizer a corpus run trained with: the one its checkpoint recorded,
+    never one retrained on a corpus that changed since; for a checkpoint older than the record,
+    the corpus's (`data_path` where it moved), checked against the run's vocabulary."""
+    from poslab.data.cache import TokenCache
+    from poslab.evaluation.run import check_unrecorded_tokenizer
+    from poslab.model.build import read_checkpoint
+
+    record = read_checkpoint(ckpt).get("tokenizer")
+    if record:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_str(record["json"])
+    overrides = {"path": data_path} if data_path else {}
+    cache = TokenCache.from_config(config["data"], **overrides)
+    check_unrecorded_tokenizer(cache, ckpt, asked=bool(data_path))
+    return cache.tokenizer()
 
 
 def logit_gap(model: GPT, hf: nn.Module, length: int) -> float:
@@ -398,6 +407,7 @@ def main(argv: list[str] | None = None) -> None:
         help="poslab's model code in the folder even where a native architecture maps exactly",
     )
     args = parser.parse_args(argv)
+    require_extra("transformers", "hf", "scripts/export_hf.py")
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         raise ConfigError(f"--out {args.out} is not an empty folder; pass a new folder")
     check_writable(args.out, "--out")
