@@ -61,8 +61,13 @@ for folder in map(Path, sys.argv[2:]):
                 logits.append(model(input_ids=ids).logits)
         except Exception as err:
             logits.append(f"{type(err).__name__}: {err}")
-    generated = model.generate(probe["prompt"], do_sample=False, max_new_tokens=probe["new"])
-    results[folder.name] = {"logits": logits, "generated": generated}
+    greedy = {"do_sample": False, "max_new_tokens": probe["new"]}
+    results[folder.name] = {
+        "logits": logits,
+        "generated": model.generate(probe["prompt"], use_cache=False, **greedy),
+        "cached": model.generate(probe["prompt"], use_cache=True, **greedy),
+        "cache_problem": model.cache_problem,
+    }
 torch.save(results, sys.argv[1])
 """
 
@@ -119,6 +124,7 @@ def export_cases(root: Path, cases: list[tuple]) -> dict[str, Any]:
         ours[name] = {
             "logits": [logits_or_error(model, x) for x in ids],
             "generated": greedy(model, prompt, NEW_TOKENS, eos=tokenizer.token_to_id(EOS)),
+            "cache_problem": model.cache_problem(),
         }
     return ours
 
@@ -153,8 +159,11 @@ def test_an_exported_model_loads_with_trust_remote_code_and_gives_poslabs_logits
         "logits": [logits_or_error(lambda x: model(input_ids=x).logits, x) for x in probe["ids"]]
     }
     check_logits(ours, theirs)
-    generated = model.generate(probe["prompt"], do_sample=False, max_new_tokens=probe["new"])
-    assert generated.tolist() == ours["generated"].tolist()
+    for use_cache in (False, True):
+        generated = model.generate(
+            probe["prompt"], do_sample=False, max_new_tokens=probe["new"], use_cache=use_cache
+        )
+        assert generated.tolist() == ours["generated"].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -186,8 +195,12 @@ def test_without_poslab_the_exported_model_gives_poslabs_logits_at_1_4_and_16x_L
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [case[0] for case in CASES])
 def test_without_poslab_greedy_generation_equals_poslabs_greedy_decoding(name, exported):
+    """With the cache and without it, token for token; the cache where poslab's model keeps
+    one (GPT.cache_problem), and the same reason where it does not."""
     ours, theirs = exported
     assert theirs[name]["generated"].tolist() == ours[name]["generated"].tolist()
+    assert theirs[name]["cached"].tolist() == ours[name]["generated"].tolist()
+    assert theirs[name]["cache_problem"] == ours[name]["cache_problem"]
 
 
 def test_the_folder_imports_nothing_beyond_its_requirements(tmp_path):

@@ -1,20 +1,23 @@
 """Text from a poslab run, directly from its checkpoint: `python scripts/generate.py run=RUN
 prompt="..."` (or `poslab-generate`).
 
-The model is poslab's own (no export needed), with the tokenizer the run recorded. Each new token
-recomputes the whole sequence (no key/value cache: right for every scheme, quadratic in the
-length). A run on a generated task has no text tokenizer; its prompt is token ids
+The model is poslab's own (no export needed), with the tokenizer the run recorded. It keeps a
+key/value cache where the model allows one (GPT.cache_problem says why not: then each new token
+recomputes the whole sequence, right for every scheme and quadratic in the length); `cache=false`
+leaves it out. A run on a generated task has no text tokenizer; its prompt is token ids
 (`prompt="3 17 5"`).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from poslab.errors import ConfigError, exit_on_config_error
 
+log = logging.getLogger(__name__)
 USAGE = """usage: python scripts/generate.py run=RUN prompt="TEXT" [key=value ...]
 
   run=DIR | ckpt=FILE     the training run (its best checkpoint) or a checkpoint file
@@ -24,9 +27,11 @@ USAGE = """usage: python scripts/generate.py run=RUN prompt="TEXT" [key=value ..
   top_k=null              sample among the k most likely tokens only
   seed=0                  the sampling seed
   device=cpu              cpu, cuda, cuda:1, ...
+  cache=true              a key/value cache where the model allows one (false: recompute)
   data_path=DIR           the corpus, if it moved (a checkpoint older than its tokenizer record)
-  eval.rope_scaling.*, eval.pos_overrides.*: as eval.py (e.g. eval.rope_scaling.kind=yarn
-                          eval.rope_scaling.factor=4)
+  eval.*                  eval.py's options that change the model: eval.rope_scaling.*,
+                          eval.logn_scaling, eval.pos_overrides.* (e.g.
+                          eval.rope_scaling.kind=yarn eval.rope_scaling.factor=4)
 """
 DEFAULTS: dict[str, Any] = {
     "run": None,
@@ -38,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "device": "cpu",
     "data_path": None,
+    "cache": True,
 }
 
 
@@ -45,19 +51,26 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """key=value arguments -> (the options, eval-time options as nested dicts)."""
     import yaml
 
-    options, eval_options = dict(DEFAULTS), {}
+    from poslab.positions.rope_scaling import EVAL_MODEL_KEYS
+
+    options: dict[str, Any] = dict(DEFAULTS)
+    eval_options: dict[str, Any] = {}
     for arg in argv:
         key, sep, text = arg.partition("=")
         if not sep:
-            raise ConfigError(f'{arg!r}: arguments are key=value (e.g. prompt="The"); see --help')
+            raise ConfigError(f"{arg!r}: arguments are key=value (e.g. prompt=The); see --help")
         value = text if key in ("prompt", "run", "ckpt", "data_path") else yaml.safe_load(text)
-        if key.startswith(("eval.rope_scaling.", "eval.pos_overrides.")):
-            _, group, option = key.split(".", 2)
-            eval_options.setdefault(group, {})[option] = value
+        path = key.split(".")
+        if path[0] == "eval" and len(path) > 1 and path[1] in EVAL_MODEL_KEYS:
+            node = eval_options
+            for part in path[1:-1]:
+                node = node.setdefault(part, {})
+            node[path[-1]] = value
         elif key in DEFAULTS:
             options[key] = value
         else:
-            known = ", ".join([*DEFAULTS, "eval.rope_scaling.*", "eval.pos_overrides.*"])
+            model_keys = [f"eval.{k}" for k in EVAL_MODEL_KEYS]
+            known = ", ".join([*DEFAULTS, *model_keys])
             raise ConfigError(f"{key}=: no such option (options: {known})")
     if (options["run"] is None) == (options["ckpt"] is None):
         raise ConfigError("pass exactly one of run=RUN_DIR or ckpt=PATH")
@@ -69,6 +82,8 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             isinstance(value, bool) or not isinstance(value, int) or value < low
         ):
             raise ConfigError(f"{key}={value!r} must be an integer ≥ {low}")
+    if not isinstance(options["cache"], bool):
+        raise ConfigError(f"cache={options['cache']!r}; choose true or false")
     temperature = options["temperature"]
     if (
         isinstance(temperature, bool)
@@ -87,13 +102,16 @@ def generate(
     top_k: int | None,
     stop: int | None,
     generator: Any,
+    cache: Any = None,
 ) -> Any:
-    """`ids` (1, T) continued by up to `new_tokens` tokens, stopping after `stop` (<eos>)."""
+    """`ids` (1, T) continued by up to `new_tokens` tokens, stopping after `stop` (<eos>); with
+    a `cache` (model.new_cache()), each step feeds the tokens the cache has not seen."""
     import torch
 
     with torch.inference_mode():
         for _ in range(new_tokens):
-            logits = model(ids)[:, -1].float()
+            fresh = ids if cache is None else ids[:, cache.length :]
+            logits = model(fresh, cache=cache)[:, -1].float()
             if temperature == 0:
                 token = logits.argmax(-1, keepdim=True)
             else:
@@ -109,6 +127,27 @@ def generate(
     return ids
 
 
+def prompt_ids(text: str, tokenizer: Any, vocab: int, ckpt: Path) -> tuple[list[int], int | None]:
+    """The prompt's token ids, and the token that ends a generation (<eos>; None for a task
+    run, whose prompt is ids)."""
+    from poslab.data.tokens import EOS
+
+    if tokenizer is None:
+        try:
+            ids = [int(t) for t in text.split()]
+        except ValueError:
+            raise ConfigError(
+                f"{ckpt} was trained on a generated task: its prompt is token ids "
+                '(prompt="3 17 5"), not text'
+            ) from None
+        stop = None
+    else:
+        ids, stop = tokenizer.encode(text).ids, tokenizer.token_to_id(EOS)
+    if not ids or max(ids) >= vocab or min(ids) < 0:
+        raise ConfigError(f"prompt={text!r} gives no tokens of the model's {vocab}")
+    return ids, stop
+
+
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
@@ -118,44 +157,27 @@ def main(argv: list[str] | None = None) -> None:
     options, eval_options = parse(argv)
     import torch
 
-    from poslab.data.tokens import EOS
     from poslab.evaluation.run import checkpoint_of_run
     from poslab.hf.export import run_tokenizer
     from poslab.model.build import load_checkpoint, read_checkpoint
+    from poslab.positions.rope_scaling import eval_overrides
 
     ckpt = Path(options["ckpt"]) if options["ckpt"] else checkpoint_of_run(options["run"])
     config = read_checkpoint(ckpt)["hyper_parameters"]["config"]
-    overrides = dict(eval_options.get("pos_overrides", {}))
-    if "rope_scaling" in eval_options:
-        from poslab.positions.rope_scaling import scaling_options
-
-        train_length = int(config["data"]["seq_len"])
-        scaling = scaling_options(
-            eval_options["rope_scaling"], config["pos"], train_length, train_length
-        )
-        overrides["scaling"] = scaling
+    train_length = int(config["data"]["seq_len"])
+    overrides = eval_overrides(eval_options, config["pos"], train_length, train_length)
     model, config = load_checkpoint(ckpt, pos_overrides=overrides or None)
     device = torch.device(options["device"])
     model = model.to(device)
     task = "task" in config["data"]
     tokenizer = None if task else run_tokenizer(ckpt, config, options["data_path"])
-    if task:
-        try:
-            prompt = [int(t) for t in options["prompt"].split()]
-        except ValueError:
-            raise ConfigError(
-                f"{ckpt} was trained on a generated task: its prompt is token ids "
-                '(prompt="3 17 5"), not text'
-            ) from None
-        stop = None
-    else:
-        prompt = tokenizer.encode(options["prompt"]).ids
-        stop = tokenizer.token_to_id(EOS)
-    vocab = model.config.vocab_size
-    if not prompt or max(prompt) >= vocab or min(prompt) < 0:
-        raise ConfigError(f"prompt={options['prompt']!r} gives no tokens of the model's {vocab}")
+    prompt, stop = prompt_ids(options["prompt"], tokenizer, model.config.vocab_size, ckpt)
     generator = torch.Generator().manual_seed(options["seed"])
     ids = torch.tensor([prompt], device=device)
+    problem = model.cache_problem() if options["cache"] else None
+    if problem:
+        log.info("no key/value cache: %s; each token recomputes the sequence", problem)
+    cache = model.new_cache() if options["cache"] and problem is None else None
     out = generate(
         model,
         ids,
@@ -164,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         options["top_k"],
         stop,
         generator,
+        cache,
     )
     new = out[0, len(prompt) :].tolist()
     text = " ".join(map(str, new)) if task else tokenizer.decode(new)

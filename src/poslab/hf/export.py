@@ -246,7 +246,7 @@ def export_custom_code(model: GPT, config: dict[str, Any], tokenizer: Any, folde
         poslab=network,
         vocab_size=model.config.vocab_size,
         train_length=seq_len,
-        use_cache=False,  # generation recomputes the sequence (modeling_poslab.py)
+        use_cache=True,  # where the model allows a key/value cache (modeling_poslab.py)
         architectures=["PoslabForCausalLM"],
         auto_map={
             "AutoConfig": "configuration_poslab.PoslabConfig",

@@ -409,6 +409,18 @@ class AttentionKernel:
         """Per-forward state shared by the layers (a bias, a mask); None by default."""
         return None
 
+    def decoder(self) -> Blockwise | None:
+        """The kernel that attends from new queries over cached keys (generation with a
+        key/value cache, model/gpt.py KVCache): the blockwise reference computation of this
+        kernel's function (`Blockwise.weights` for a block of queries at the end), with this
+        kernel's window. None: a kernel whose function has no such form here (linear
+        attention keeps a running state instead)."""
+        if not self.softmax:
+            return None
+        if getattr(self, "_decoder", None) is None:
+            self._decoder = Blockwise(self.block_size, self.window)
+        return self._decoder
+
     def __call__(
         self,
         q: Tensor,
@@ -570,6 +582,29 @@ class Blockwise(AttentionKernel):
             column = sinks.float()[:, None, None].expand(*scores.shape[:-1], 1)
             return torch.softmax(torch.cat([column, scores], dim=-1), dim=-1)[..., 1:]
 
+    def decoder(self) -> Blockwise:
+        return self  # stick-breaking too: its own weights
+
+    def decode(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        pos: Any,
+        prepared: Any,
+        layer: int,
+        decay: Tensor | None = None,
+        sinks: Tensor | None = None,
+    ) -> Tensor:
+        """The attention (B, H, Tq, D) of the last Tq queries `q` over every key `k`, `v`
+        (B, H, Tk, ·), Tk ≥ Tq, at the positions of `prepared` (all Tk tokens): what
+        `__call__` gives for those rows, computed for them alone."""
+        start, end = k.shape[-2] - q.shape[-2], k.shape[-2]
+        rows = q.new_zeros(*q.shape[:2], end, q.shape[-1])  # `scores` reads rows start..end−1
+        rows[:, :, start:] = q
+        weights = self.weights(rows, k, pos, prepared, layer, start, end, decay, sinks)
+        return weights.to(v.dtype) @ v
+
     def __call__(
         self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None, data=None
     ):  # noqa: ANN001
@@ -704,6 +739,9 @@ class Auto(AttentionKernel):
 
     def begin(self, pos: Any, prepared: Any, dtype: torch.dtype) -> Any:
         return self.chosen.begin(pos, prepared, dtype)
+
+    def decoder(self) -> Blockwise | None:
+        return self.chosen.decoder()
 
     def __call__(
         self, q, k, v, pos, prepared, state, layer, dropout_p, decay=None, sinks=None, data=None

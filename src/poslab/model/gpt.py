@@ -6,6 +6,14 @@ kernel (attention.py), which calls the score hooks the scheme needs. Neither ask
 it is.
 The training loss fuses the output projection with the cross-entropy, in chunks of tokens
 (losses.py), so the (tokens × vocab) logits never exist at once.
+
+Generation may keep a key/value cache (`KVCache`, `new_cache`): each layer's rotated keys, its
+values and its decay for the tokens seen so far, so that a new token costs one query over them.
+The new queries attend through the kernel's blockwise reference form (`decoder`), which every
+hook serves. A model whose attention of a token depends on more than that token's own position
+and the cached keys gets no cache, with the reason (`cache_problem`): a kernel with a running
+state (linear), a score hook reading each layer's input (PaTH, GRAPE), a scheme whose treatment
+of a token changes with the length (dynamic NTK).
 """
 
 from __future__ import annotations
@@ -24,6 +32,36 @@ from poslab.model.losses import linear_cross_entropy
 from poslab.positions.base import PositionalScheme, Prepared
 
 GATES = (None, "headwise", "elementwise")
+
+
+@dataclass
+class KVCache:
+    """What generation keeps between forwards: per layer the keys (as `rotate` left them), the
+    values and the decay c (B, H, T) of a decay scheme (FoX), and the positions of those tokens."""
+
+    keys: list[Tensor | None]
+    values: list[Tensor | None]
+    decays: list[Tensor | None]
+    positions: Tensor | None = None  # (T,) or (T, A): the cached tokens' positions
+    prepared: Prepared | None = None  # this forward's positions of every token, cached and new
+
+    @property
+    def length(self) -> int:
+        return 0 if self.positions is None else int(self.positions.shape[0])
+
+    def extend(
+        self, layer: int, k: Tensor, v: Tensor, decay: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Every key, value and decay of `layer`, the new tokens' appended (kept for the next
+        forward). A decay is a running sum: the new tokens' continues the cached one."""
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=2)
+            v = torch.cat([self.values[layer], v], dim=2)
+            if decay is not None:
+                cached = self.decays[layer]
+                decay = torch.cat([cached, cached[..., -1:] + decay], dim=-1)
+        self.keys[layer], self.values[layer], self.decays[layer] = k, v, decay
+        return k, v, decay
 
 
 @dataclass
@@ -82,6 +120,7 @@ class CausalSelfAttention(nn.Module):
         kernel: AttentionKernel,
         state: Any,
         layer: int,
+        cache: KVCache | None = None,
     ) -> Tensor:
         batch, seq_len, d_model = x.shape
         q, k, v = self.qkv(x).split(d_model, dim=2)
@@ -90,8 +129,13 @@ class CausalSelfAttention(nn.Module):
             q, k = pos.rotate(q, k, prepared, layer)
         dropout = self.dropout if self.training else 0.0
         decay = pos.data_decay(x, layer)  # a data-dependent bias (FoX), None for most schemes
-        data = pos.layer_data(x, layer)  # what the score hook reads from x (PaTH), or None
-        y = kernel(q, k, v, pos, prepared, state, layer, dropout, decay, self.sinks, data)
+        if cache is not None:  # new queries over every cached key (GPT.cache_problem: allowed)
+            k, v, decay = cache.extend(layer, k, v, decay)
+            decoder = kernel.decoder()
+            y = decoder.decode(q, k, v, pos, cache.prepared, layer, decay, self.sinks)
+        else:
+            data = pos.layer_data(x, layer)  # what the score hook reads from x (PaTH), or None
+            y = kernel(q, k, v, pos, prepared, state, layer, dropout, decay, self.sinks, data)
         y = y.transpose(1, 2)  # (B, T, H, head_dim)
         if self.gate is not None:  # (B, T, H, 1) headwise or (B, T, H, head_dim) elementwise
             y = y * torch.sigmoid(self.gate(x)).view(batch, seq_len, self.n_head, -1)
@@ -125,8 +169,9 @@ class Block(nn.Module):
         kernel: AttentionKernel,
         state: Any,
         layer: int,
+        cache: KVCache | None = None,
     ) -> Tensor:
-        x = x + self.attn(self.ln_1(x), prepared, pos, kernel, state, layer)
+        x = x + self.attn(self.ln_1(x), prepared, pos, kernel, state, layer, cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -172,11 +217,16 @@ class GPT(nn.Module):
                 f"(per sequence), got {tuple(positions.shape)}"
             )
 
-    def hidden_states(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
+    def hidden_states(
+        self, idx: Tensor, positions: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
         """Token ids (B, T) and positions ((T,) or (B, T)) -> final normalised states (B, T, d).
         Without positions the scheme gives them: 0..T−1 (randomized in training, if set). A
         multi-axis scheme takes (…, T, A), or token positions (…, T) of text (the same id on
-        every axis)."""
+        every axis). With a `cache` (new_cache), `idx` continues the cached tokens, at the
+        positions after theirs, and the cache keeps them too."""
+        if cache is not None:
+            return self._cached_hidden_states(idx, cache)
         if positions is None:
             positions = self.pos.positions(idx.shape[0], idx.shape[1], idx.device)
         elif self.pos.position_axes and tuple(positions.shape) in (idx.shape[1:], idx.shape):
@@ -193,9 +243,98 @@ class GPT(nn.Module):
             x = block(x, prepared, self.pos, self.attention, state, layer)
         return self.ln_f(x)
 
-    def forward(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
+    def _cached_hidden_states(self, idx: Tensor, cache: KVCache) -> Tensor:
+        start, seq_len = cache.length, idx.shape[1]
+        positions = torch.arange(start, start + seq_len, device=idx.device)
+        if self.pos.position_axes:
+            positions = self.pos.text_positions(positions)
+        every = positions if cache.positions is None else torch.cat([cache.positions, positions])
+        tokens = self.tok_emb(idx)
+        if self.config.scale_embeddings:
+            tokens = tokens * math.sqrt(self.config.d_model)
+        prepared = self.pos.prepare(positions)  # the new tokens' (embed, rotate)
+        cache.prepared = self.pos.prepare(every)  # every token's (the score hooks over the keys)
+        x = self.drop(self.pos.embed(tokens, prepared))
+        for layer, block in enumerate(self.blocks):
+            x = block(x, prepared, self.pos, self.attention, None, layer, cache)
+        cache.positions, cache.prepared = every, None
+        return self.ln_f(x)
+
+    def cache_problem(self) -> str | None:
+        """Why generation cannot keep a key/value cache for this model (None: it can)."""
+        if self.attention.rotates_inside or self.attention.decoder() is None:
+            return (
+                f"attention={self.attention.name} computes another function than softmax "
+                "over the keys (a running state), which the cache does not keep"
+            )
+        if self.pos.reads_length:
+            return (
+                f"pos={type(self.pos).__name__} treats a token by the forward's length, not only "
+                "by its own position (reads_length), so cached keys would go stale"
+            )
+        x = torch.randn(1, 2, self.config.d_model, generator=torch.Generator().manual_seed(0))
+        device = self.tok_emb.weight.device
+        x = x.to(device)
+        if any(self.pos.layer_data(x, layer) is not None for layer in range(self.config.n_layer)):
+            return (
+                f"pos={type(self.pos).__name__}'s score hook reads each layer's input "
+                "(layer_data), which the cache does not keep"
+            )
+        if not self._positions_are_local(device):
+            return (
+                f"pos={type(self.pos).__name__} treats a token by more than its own position "
+                "(e.g. by the sequence's length), so cached keys would go stale"
+            )
+        return None
+
+    @torch.no_grad()
+    def _positions_are_local(self, device: torch.device) -> bool:
+        """Whether tokens embedded and rotated a chunk at a time (as generation with a cache
+        sees them: 0..3, then 4..5, then 6..11) give the embeddings and the q·k scores of the
+        12 tokens taken at once (xPos scales q and k by the length, which cancels in q·k)."""
+        generator = torch.Generator().manual_seed(0)
+        d, h = self.config.d_model, self.config.n_head
+        x = torch.randn(1, 12, d, generator=generator).to(device)
+        q, k = torch.randn(2, 1, h, 12, d // h, generator=generator).to(device)
+
+        def hooks(start: int, end: int) -> list[list[Tensor]]:
+            positions = torch.arange(start, end, device=device)
+            if self.pos.position_axes:
+                positions = self.pos.text_positions(positions)
+            prepared = self.pos.prepare(positions)
+            rows = [self.pos.embed(x[:, start:end], prepared)]
+            for layer in range(self.config.n_layer):
+                q_rot, k_rot = self.pos.rotate(
+                    q[:, :, start:end], k[:, :, start:end], prepared, layer
+                )
+                rows += [q_rot, k_rot]
+            return rows
+
+        chunks = [hooks(a, b) for a, b in ((0, 4), (4, 6), (6, 12))]
+        pieces = [torch.cat(parts, dim=-2) for parts in zip(*chunks, strict=True)]
+        whole = hooks(0, 12)
+        same = torch.allclose(pieces[0], whole[0], rtol=1e-5, atol=1e-6)
+        for i in range(1, len(whole), 2):  # each layer's scores q·k
+            scores = pieces[i] @ pieces[i + 1].transpose(-1, -2)
+            same = same and torch.allclose(
+                scores, whole[i] @ whole[i + 1].transpose(-1, -2), rtol=1e-5, atol=1e-5
+            )
+        return same
+
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache for generation (`forward(idx, cache=...)`); a ConfigError
+        with the reason where this model cannot keep one (`cache_problem`)."""
+        problem = self.cache_problem()
+        if problem:
+            raise ConfigError(f"no key/value cache: {problem}; generate without one")
+        n = self.config.n_layer
+        return KVCache([None] * n, [None] * n, [None] * n)
+
+    def forward(
+        self, idx: Tensor, positions: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
         """Logits (B, T, vocab)."""
-        return self.lm_head(self.hidden_states(idx, positions))
+        return self.lm_head(self.hidden_states(idx, positions, cache))
 
     def loss(self, idx: Tensor, targets: Tensor, positions: Tensor | None = None) -> Tensor:
         """Mean next-token cross-entropy (targets of -100 are ignored), fused with the output

@@ -250,6 +250,13 @@ class PositionalScheme(nn.Module):
         """Raise ConfigError if this scheme cannot represent positions up to `max_position`."""
 
     @property
+    def reads_length(self) -> bool:
+        """True when a token's treatment depends on the forward's length, not only on its own
+        position (dynamic NTK's θ, xPos's centring, SSMax's log n): keys cached by an earlier
+        forward would then differ from the whole sequence's, so generation keeps no cache."""
+        return False
+
+    @property
     def scales_scores(self) -> bool:
         """True when `rotate` also multiplies q or k by a temperature (an eval-time log-n or
         YaRN factor): meant for softmax scores, so linear attention refuses it."""

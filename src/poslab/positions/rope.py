@@ -258,6 +258,10 @@ class Rotary(PositionalScheme):
         return torch.where(near, near_scores, far_scores)
 
     @property
+    def reads_length(self) -> bool:
+        return self.scaling is not None and self.scaling.reads_length  # dynamic_ntk, longrope
+
+    @property
     def scales_scores(self) -> bool:
         scaling = self.scaling
         return scaling is not None and (scaling.logn or scaling.attention_factor != 1)

@@ -249,6 +249,11 @@ def eval_variant_label(eval_cfg: Any) -> str:
     return RopeScaling(**{**options, "factor": 1.0, "train_length": 1}).label(shown)
 
 
+# the eval.* options that change the model, which eval_overrides reads (scripts/generate.py takes
+# them as eval.py does)
+EVAL_MODEL_KEYS = ("pos_overrides", "rope_scaling", "logn_scaling")
+
+
 def eval_overrides(
     eval_cfg: Any, pos_cfg: dict[str, Any], length: int, train_length: int
 ) -> dict[str, Any]:

@@ -142,6 +142,10 @@ class Schedule(PositionalScheme):
     def scales_scores(self) -> bool:
         return any(m.scales_scores for m in self.members.values())
 
+    @property
+    def reads_length(self) -> bool:
+        return any(m.reads_length for m in self.members.values())
+
     def check_length(self, max_position: int) -> None:
         for member in self.members.values():
             member.check_length(max_position)

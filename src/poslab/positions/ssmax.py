@@ -87,6 +87,10 @@ class SSMax(Rotary):
         return q, k
 
     @property
+    def reads_length(self) -> bool:
+        return True  # log n counts the forward's tokens up to each query, not its position
+
+    @property
     def scales_scores(self) -> bool:
         return True
 

@@ -61,6 +61,10 @@ class XPos(Rotary):
             return scale.repeat_interleave(2, dim=-1)
         return torch.cat((scale, scale), dim=-1)
 
+    @property
+    def reads_length(self) -> bool:
+        return True  # the exponents are centred on the forward's mean position
+
     def rotate(
         self, q: Tensor, k: Tensor, positions: Tensor | Prepared, layer: int = 0
     ) -> tuple[Tensor, Tensor]:

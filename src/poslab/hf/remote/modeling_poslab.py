@@ -3,10 +3,13 @@
 transformers only: the model code beside this file is poslab's own (poslab_*.py), so the logits
 are poslab's (tests/hf/test_remote_code.py holds them to 1e-5 at 1x, 4x and 16x L).
 
-Generation recomputes the whole sequence at every step (no key/value cache): correct for every
-scheme, including those whose attention depends on the data (FoX, CoPE, stick-breaking), and
-quadratic in the length. Padding is not supported: a batch of sequences of one length, or one
-sequence at a time (lm-evaluation-harness: batch_size=1).
+Generation keeps a key/value cache (poslab's KVCache: each layer's rotated keys, values and
+decay) where the model allows one, and otherwise recomputes the whole sequence at every step,
+which is right for every scheme and quadratic in the length; `cache_problem` says why a model
+has none (linear attention, a score hook reading each layer's input as PaTH and GRAPE do, a
+scheme that treats a token by the sequence's length as SSMax and xPos do). Padding is not
+supported: a batch of sequences of one length, or one sequence at a time (lm-evaluation-harness:
+batch_size=1).
 """
 
 from __future__ import annotations
@@ -21,13 +24,17 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_poslab import PoslabConfig
 from .poslab_instantiate import instantiate_checked
-from .poslab_model_gpt import GPT, GPTConfig
+from .poslab_model_gpt import GPT, GPTConfig, KVCache
 from .poslab_modules import __doc__ as _modules  # noqa: F401 (every module, for the loader)
 from .poslab_positions_rope_scaling import scaling_options
 
 # model options of checkpoints older than the attention= group (poslab.model.build)
 LEGACY_MODEL_KEYS = ("attention", "attn_block_size")
 V5 = int(transformers.__version__.split(".")[0]) >= 5
+# the output's cache field: `cache` from transformers 5.2x, `past_key_values` before
+CACHE_FIELD = (
+    "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+)
 
 
 def build_gpt(config: PoslabConfig) -> GPT:
@@ -82,11 +89,13 @@ class PoslabForCausalLM(PreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.poslab = build_gpt(config)
         self.post_init()
+        self.cache_problem: str | None = None  # set once the weights are in (from_pretrained)
 
     @classmethod
     def from_pretrained(cls, *args: Any, **kwargs: Any) -> PoslabForCausalLM:
         model = super().from_pretrained(*args, **kwargs)
         model.rebuild_derived_buffers()
+        model.cache_problem = model.poslab.cache_problem()
         return model
 
     def rebuild_derived_buffers(self) -> None:
@@ -119,23 +128,46 @@ class PoslabForCausalLM(PreTrainedModel, GenerationMixin):
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        past_key_values: Any = None,
+        use_cache: bool | None = None,
+        cache: Any = None,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast:
+        """Logits of `input_ids`; with `use_cache` (where the model allows a cache), the new
+        tokens after those of `cache` (`past_key_values` in transformers before 5.2x; a
+        KVCache), which comes back extended."""
+        given = cache if cache is not None else past_key_values
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError(
                 "this poslab model takes no padding (an attention_mask with zeros): pass "
                 "sequences of one length, or one at a time"
             )
-        logits = self.poslab(input_ids)
+        cache = None
+        if use_cache and self.cache_problem is None and labels is None:
+            cache = given if isinstance(given, KVCache) else self.poslab.new_cache()
+        logits = self.poslab(input_ids, cache=cache)
         loss = None
         if labels is not None:  # next-token loss, as HF's causal LMs compute it
             loss = F.cross_entropy(
                 logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
             )
-        return CausalLMOutputWithPast(loss=loss, logits=logits)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_FIELD: cache})
 
     def prepare_inputs_for_generation(
-        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+        self,
+        input_ids: torch.LongTensor,
+        past_key_values: Any = None,
+        attention_mask: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        cache: Any = None,
+        **kwargs: Any,
     ) -> dict[str, Any]:
-        """The whole sequence at every step (no cache)."""
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+        """The tokens after the cached ones (all of them without a cache)."""
+        given = cache if cache is not None else past_key_values
+        cached = given.length if isinstance(given, KVCache) else 0
+        return {
+            "input_ids": input_ids[:, cached:],
+            "attention_mask": attention_mask,
+            CACHE_FIELD: given,
+            "use_cache": use_cache,
+        }
