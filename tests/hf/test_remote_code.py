@@ -241,3 +241,35 @@ def test_eval_options_the_exported_model_cannot_take_are_refused_when_loading(tm
             AutoModelForCausalLM.from_pretrained(
                 tmp_path / "m", trust_remote_code=True, eval=options
             )
+
+
+def test_a_bpe_run_exports_its_tokenizer_with_poslabs_ids(corpus, tmp_path, monkeypatch):
+    """A byte-level BPE tokenizer (data.tokenizer=bpe) goes with the model as a
+    PreTrainedTokenizerFast that reads the corpus's text into poslab's own ids, and the model
+    generates from them."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from poslab.data.cache import TokenCache
+
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    cache = TokenCache(
+        "toy", path=str(corpus), tokenizer="bpe", vocab_size=300, cache_dir=str(tmp_path / "cache")
+    )
+    cache.build()
+    tokenizer = cache.tokenizer()
+    config = run_config("kerple", "auto", {})
+    torch.manual_seed(0)
+    from poslab.model.build import build_model
+
+    model = build_model(config, tokenizer.get_vocab_size()).eval()
+    export_custom_code(model, config, tokenizer, tmp_path / "m")
+    theirs = AutoTokenizer.from_pretrained(tmp_path / "m")
+    line = " the a1 n3 v3 the n7 . "
+    ids = theirs(line, add_special_tokens=False)["input_ids"]
+    assert ids == tokenizer.encode(line).ids and len(ids) > 3
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "m", trust_remote_code=True).eval()
+    prompt = torch.tensor([ids])
+    with torch.no_grad():
+        assert (loaded(input_ids=prompt).logits - model(prompt)).abs().max() <= 1e-5
+    text = theirs.decode(loaded.generate(prompt, do_sample=False, max_new_tokens=4)[0])
+    assert text.startswith(theirs.decode(ids))
