@@ -48,6 +48,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     names = set(zipfile.ZipFile(wheel).namelist())
     configs = {f"poslab/conf/{p.relative_to(CONF).as_posix()}" for p in CONF.rglob("*.yaml")}
     assert configs - names == set()
+    # the model files an HF export copies into its folder (poslab/hf/remote/, no package)
+    remote = REPO / "src" / "poslab" / "hf" / "remote"
+    assert {f"poslab/hf/remote/{p.name}" for p in remote.glob("*.py")} - names == set()
     site = root / "site"
     python(["-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], root)
     return site
@@ -79,6 +82,22 @@ def test_the_console_script_runs(installed, outside):
     assert "_target_: poslab.positions.alibi.ALiBi" in result.stdout
 
 
+def test_an_installed_poslab_exports_any_scheme_with_its_model_code(outside, tmp_path):
+    """The export's custom-code path reads its modules from the installed package."""
+    empty, env = outside
+    script = (
+        "import sys; from pathlib import Path\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from exported_models import run_config, trained_looking, word_tokenizer\n"
+        "from poslab.hf.export import export_custom_code\n"
+        "config = run_config('alibi', 'auto', {})\n"
+        "export_custom_code(trained_looking(config), config, word_tokenizer(), Path(sys.argv[2]))\n"
+    )
+    out = tmp_path / "exported"
+    python(["-c", script, str(REPO / "tests"), str(out)], empty, env)
+    assert (out / "modeling_poslab.py").is_file() and (out / "poslab_positions_alibi.py").is_file()
+
+
 def test_the_installed_scheme_list_is_the_checkouts(installed, outside):
     empty, env = outside
     script = (
@@ -102,6 +121,7 @@ COMMANDS = (
     "poslab-baselines",
     "poslab-longrope-search",
     "poslab-export",
+    "poslab-generate",
     "poslab-study",
 )
 
