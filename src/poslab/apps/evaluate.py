@@ -12,7 +12,7 @@ from poslab.run.cli import hydra_task, run_app
 
 # eval.py's own top-level options: paths (or null), and a switch
 PATH_KEYS = ("ckpt", "run", "hf", "out_dir", "data_path")
-ENTRY_KEYS = (*PATH_KEYS, "wandb", "hf_context")
+ENTRY_KEYS = (*PATH_KEYS, "wandb", "hf_context", "hf_trust_remote_code")
 
 
 def shown(value: Any) -> str:
@@ -24,6 +24,10 @@ def shown(value: Any) -> str:
 
 def entry_option_problem(key: str, value: Any) -> str | None:
     """Why `key=value` is not a value of that top-level option (None: it is)."""
+    if key == "hf_trust_remote_code":
+        if isinstance(value, bool):
+            return None
+        return f"hf_trust_remote_code={shown(value)} must be true or false"
     if key == "wandb":
         if isinstance(value, bool):
             return None

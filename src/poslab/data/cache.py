@@ -22,13 +22,17 @@ from typing import Any
 
 import numpy as np
 
+from poslab.checks import choice, require
 from poslab.data.corpus import file_sha256, load_corpus, local_split_files
 from poslab.data.tokens import (
     EOS,
+    LEGACY_TOKENIZER,
+    TOKENIZER_VERSIONS,
     UNK,
     TokenizedSplit,
     check_tokenizer,
     encode_lines,
+    read_tokenizer,
     train_tokenizer,
 )
 from poslab.errors import ConfigError
@@ -130,11 +134,15 @@ class TokenCache:
         valid_fraction: float = 0.0,
         cache_dir: str = ".cache/poslab",
         tokenizer_json: str | None = None,
+        tokenizer_version: int = LEGACY_TOKENIZER,
     ) -> None:
         """`tokenizer_json`: a tokenizer saved by a run (its JSON), used as it is instead of
         one trained on the train split: the ids a checkpoint was trained with, whatever the
-        train text is now (a cache folder of its own)."""
+        train text is now (a cache folder of its own). `tokenizer_version`: how a word
+        vocabulary is trained (tokens.py TOKENIZER_VERSIONS); the default is the legacy 1, what
+        a run config written before the key existed means, and the data configs set 2."""
         check_tokenizer(tokenizer, vocab_size)
+        require("data.tokenizer_version", tokenizer_version, choice(*TOKENIZER_VERSIONS))
         _check_cache_dir(cache_dir)
         self.settings = dict(
             hub_id=hub_id,
@@ -143,7 +151,11 @@ class TokenCache:
             tokenizer=tokenizer,
             vocab_size=vocab_size,
             valid_fraction=valid_fraction,
+            tokenizer_version=tokenizer_version,
         )
+        # version 1 keeps the folders it always had; a later version of a word vocabulary gets
+        # its own (BPE is the same in every version)
+        newer = tokenizer == "word" and tokenizer_version != LEGACY_TOKENIZER
         key = json.dumps(
             {
                 "v": CACHE_VERSION,
@@ -152,6 +164,7 @@ class TokenCache:
                 "vocab_size": vocab_size,
                 "valid_fraction": valid_fraction,
                 **({"given_tokenizer": text_sha256(tokenizer_json)} if tokenizer_json else {}),
+                **({"tokenizer_version": tokenizer_version} if newer else {}),
             },
             sort_keys=True,
         )
@@ -184,11 +197,11 @@ class TokenCache:
             s["hub_id"], s["hub_config"], s["path"], self.cache_dir, s["valid_fraction"]
         )
         if self.tokenizer_json is not None:
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_str(self.tokenizer_json)
+            tokenizer = read_tokenizer(self.tokenizer_json)
         else:
-            tokenizer = train_tokenizer(corpus.lines["train"], s["tokenizer"], s["vocab_size"])
+            tokenizer = train_tokenizer(
+                corpus.lines["train"], s["tokenizer"], s["vocab_size"], s["tokenizer_version"]
+            )
         self.folder.mkdir(parents=True, exist_ok=True)
         _atomic_save(self.folder / "tokenizer.json", lambda p: tokenizer.save(p))
         # ids, not the count of entries: the trainer may leave a gap (a special token that is
@@ -335,10 +348,8 @@ class TokenCache:
         return arrays
 
     def tokenizer(self) -> Any:
-        from tokenizers import Tokenizer
-
         self.meta()
-        return Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+        return read_tokenizer((self.folder / "tokenizer.json").read_text())
 
     def tokenizer_record(self) -> dict[str, Any]:
         """What a run keeps of its tokenizer (in its checkpoints and its folder): the JSON, its

@@ -20,6 +20,15 @@ from poslab.errors import ConfigError
 EOS = "<eos>"
 UNK = "<unk>"
 TOKENIZERS = ("word", "bpe")
+# data.tokenizer_version, for word vocabularies (BPE is the same in both):
+#   1: the vocabulary renumbered without holes kept its special tokens at their ids from before
+#      the renumbering, so where a special token is also a corpus word (WikiText's <unk>) every
+#      <eos> got the id of one word ("the" on WikiText) and the text's <unk> that of another
+#      ("and"): two pairs of types merged. Every result made before 2026-11-28 used it; a run
+#      config without the key means it, so those runs keep their ids.
+#   2: special tokens at their ids in the renumbered vocabulary (the data configs' default).
+TOKENIZER_VERSIONS = (1, 2)
+LEGACY_TOKENIZER = 1
 BPE_MIN_VOCAB = 257  # byte-level BPE's initial alphabet (256 bytes) and <eos>
 
 
@@ -67,8 +76,11 @@ def check_tokenizer(kind: str, vocab_size: int | None) -> None:
         )
 
 
-def train_tokenizer(lines: list[str], kind: str, vocab_size: int | None) -> Any:
-    """A `tokenizers.Tokenizer`: `word` (whitespace words) or byte-level `bpe`."""
+def train_tokenizer(
+    lines: list[str], kind: str, vocab_size: int | None, version: int = LEGACY_TOKENIZER
+) -> Any:
+    """A `tokenizers.Tokenizer`: `word` (whitespace words) or byte-level `bpe`; `version`: see
+    TOKENIZER_VERSIONS."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     check_tokenizer(kind, vocab_size)
@@ -95,8 +107,61 @@ def train_tokenizer(lines: list[str], kind: str, vocab_size: int | None) -> Any:
         # the trainer leaves a hole in the ids when a special token is also a corpus word (as
         # WikiText's <unk>): renumber so ids are 0..V-1 and V is the true number of types
         by_id = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-        tokenizer.model = models.WordLevel({w: i for i, (w, _) in enumerate(by_id)}, unk_token=UNK)
+        vocab = {w: i for i, (w, _) in enumerate(by_id)}
+        if version == LEGACY_TOKENIZER:  # the special tokens keep their old ids (see above)
+            tokenizer.model = models.WordLevel(vocab, unk_token=UNK)
+            return tokenizer
+        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tokenizer.add_special_tokens([UNK, EOS])  # at their ids in `vocab`
     return tokenizer
+
+
+# the name a legacy vocabulary's out-of-vocabulary words go by once its text <unk> has the id
+# version 1 gave it (read_tokenizer)
+LEGACY_OOV = "<unk:oov>"
+
+
+def legacy_merges(text: str) -> dict[str, int]:
+    """The special tokens a version-1 word vocabulary (its JSON) kept at ids its renumbered
+    vocabulary gives to other words: token -> the id its cache holds it at ({}: none merged)."""
+    import json
+
+    spec = json.loads(text)
+    model = spec.get("model") or {}
+    vocab = model.get("vocab")
+    if model.get("type") != "WordLevel" or not isinstance(vocab, dict):
+        return {}
+    return {
+        t["content"]: t["id"]
+        for t in spec.get("added_tokens") or []
+        if t["content"] in vocab and vocab[t["content"]] != t["id"]
+    }
+
+
+def read_tokenizer(text: str) -> Any:
+    """A tokenizer from its JSON, encoding as it did when it was written. A version-1 word
+    vocabulary (TOKENIZER_VERSIONS) kept special tokens at ids its renumbered vocabulary gives to
+    other words; in memory the special ids won, so its token cache holds them (every <eos> as
+    the id of "the" on WikiText), but read back from JSON the vocabulary's ids win. Such a
+    vocabulary is read here with the special tokens' ids put back, so it encodes the text as
+    its cache does: the text's special tokens and token_to_id at their version-1 ids, unknown
+    words at the vocabulary's <unk> id. (Two words at one id do not survive a second save.)"""
+    import json
+
+    from tokenizers import Tokenizer
+
+    merged = legacy_merges(text)
+    if not merged:
+        return Tokenizer.from_str(text)
+    spec = json.loads(text)
+    model = spec["model"]
+    unk = model.get("unk_token")
+    if unk in merged:  # unknown words keep the vocabulary's <unk> id, under another name
+        model["vocab"][LEGACY_OOV] = model["vocab"][unk]
+        model["unk_token"] = LEGACY_OOV
+    model["vocab"].update(merged)
+    return Tokenizer.from_str(json.dumps(spec))
 
 
 def encode_lines(tokenizer: Any, lines: list[str], chunk: int = 20_000) -> TokenizedSplit:

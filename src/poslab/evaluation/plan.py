@@ -203,7 +203,13 @@ def load_models(plan: EvalPlan, checkpoint: dict[str, Any]) -> None:
     plan.settle()
 
 
-def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool) -> EvalPlan:
+def plan_pretrained(
+    source: str,
+    context: int | None,
+    eval_cfg: Any,
+    wandb: bool,
+    trust_remote_code: bool = False,
+) -> EvalPlan:
     """The plan of evaluating a pretrained HF causal LM (eval.py hf=SOURCE): lengths as multiples
     of its trained context, one wrapped model per eval-time setting (they share the HF model:
     frequencies in its rotary module, or rerope, selfextend, lminfinite and log-n through the
@@ -222,7 +228,7 @@ def plan_pretrained(source: str, context: int | None, eval_cfg: Any, wandb: bool
         )
     device = pick_device(eval_cfg.device)
     precision = resolve_precision(eval_cfg.precision, device.type, key="eval.precision")
-    hf_model, tokenizer = load_pretrained(source, device, precision)
+    hf_model, tokenizer = load_pretrained(source, device, precision, trust_remote_code)
     context = trained_context(hf_model, source, context)
     name = pretrained_name(source)
     config: dict[str, Any] = {

@@ -500,8 +500,9 @@ def run_pretrained_eval(cfg: DictConfig) -> list[dict]:
             "scored on (read with its own tokenizer), no corpus is read; leave data_path out, "
             "or eval.documents to score the corpus"
         )
-    context = cfg.get("hf_context")
-    plan = plan_pretrained(str(cfg.hf), context, cfg.eval, bool(cfg.wandb and cfg.eval.log_wandb))
+    context, trust = cfg.get("hf_context"), bool(cfg.get("hf_trust_remote_code"))
+    wandb = bool(cfg.wandb and cfg.eval.log_wandb)
+    plan = plan_pretrained(str(cfg.hf), context, cfg.eval, wandb, trust_remote_code=trust)
     if task is not None:
         rows, title = evaluate_pretrained_task(plan, task, cfg.data)
     else:

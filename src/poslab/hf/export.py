@@ -264,7 +264,7 @@ def export_custom_code(model: GPT, config: dict[str, Any], tokenizer: Any, folde
     write_bundle(folder, scheme_configs(registry_length), kinds)
     hf_config.save_pretrained(folder)
     state = {
-        f"poslab.{name}": tensor.detach().float().contiguous()
+        f"model.poslab.{name}": tensor.detach().float().contiguous()
         for name, tensor in model.state_dict().items()
         if name != "lm_head.weight"  # tied to tok_emb.weight
     }
@@ -336,6 +336,7 @@ def export_and_check(
         )
     custom_code = custom_code or export_problem(model, config) is not None
     tokenizer = run_tokenizer(ckpt, config, data_path)
+    check_exportable_tokenizer(tokenizer)
     created = not out.exists()
     try:
         export_hf(model, config, tokenizer, out, custom_code=custom_code)
@@ -351,6 +352,18 @@ def export_and_check(
     return out, architecture, gap
 
 
+def check_exportable_tokenizer(tokenizer: Any) -> None:
+    """A version-1 word vocabulary whose <eos> (or <unk>) shares its id with a word
+    (data/tokens.py TOKENIZER_VERSIONS) has no faithful HF tokenizer: one line."""
+    vocab = tokenizer.get_vocab()
+    if len(set(vocab.values())) < len(vocab):  # two tokens at one id (read_tokenizer)
+        raise ConfigError(
+            "this run's word vocabulary is version 1 (data.tokenizer_version), whose <eos> "
+            "shares its id with a word: a Hugging Face tokenizer cannot encode the text as its "
+            "training did; export a run trained with data.tokenizer_version=2 (the default)"
+        )
+
+
 def run_tokenizer(ckpt: Path, config: dict[str, Any], data_path: str | None = None) -> Any:
     """The `tokenizers` tokenizer a corpus run trained with: the one its checkpoint recorded,
     never one retrained on a corpus that changed since; for a checkpoint older than the record,
@@ -361,9 +374,9 @@ def run_tokenizer(ckpt: Path, config: dict[str, Any], data_path: str | None = No
 
     record = read_checkpoint(ckpt).get("tokenizer")
     if record:
-        from tokenizers import Tokenizer
+        from poslab.data.tokens import read_tokenizer
 
-        return Tokenizer.from_str(record["json"])
+        return read_tokenizer(record["json"])
     overrides = {"path": data_path} if data_path else {}
     cache = TokenCache.from_config(config["data"], **overrides)
     check_unrecorded_tokenizer(cache, ckpt, asked=bool(data_path))

@@ -66,10 +66,14 @@ def _load_failed(source: str, what: str, err: BaseException) -> ConfigError:
     return ConfigError(f"hf={source}: could not load its {what} ({reason[:160]}); {hint}")
 
 
-def load_pretrained(source: str, device: torch.device, precision: str) -> tuple[nn.Module, Any]:
+def load_pretrained(
+    source: str, device: torch.device, precision: str, trust_remote_code: bool = False
+) -> tuple[nn.Module, Any]:
     """The causal LM and its (fast) tokenizer at `source` (a hub id or a local folder), in eval
     mode on `device`: weights in bf16 on a GPU under bf16-mixed, else fp32 (autocast then runs
-    the matmuls in the eval precision). Anything unusable is one line, before any scoring."""
+    the matmuls in the eval precision). `trust_remote_code`: run the model code the folder holds
+    (a poslab export of any scheme, hf/export.py). Anything unusable is one line, before any
+    scoring."""
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -77,12 +81,20 @@ def load_pretrained(source: str, device: torch.device, precision: str) -> tuple[
     transformers.logging.disable_progress_bar()
     if Path(source).expanduser().is_file():
         raise ConfigError(f"hf={source} is a file; pass the model's folder (with config.json)")
+    trust = {"trust_remote_code": trust_remote_code}  # explicit: HF would otherwise prompt
     try:
-        config = AutoConfig.from_pretrained(source)
+        config = AutoConfig.from_pretrained(source, **trust)
     except Exception as err:  # OSError, ValueError, hub errors: many types across versions
+        if "trust_remote_code" in str(err):
+            raise ConfigError(
+                f"hf={source} holds its own model code (auto_map; a poslab export of a scheme "
+                "with no native HF architecture does); read it, then pass "
+                "hf_trust_remote_code=true to run it"
+            ) from None
         raise _load_failed(source, "config", err) from None
     causal = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    if config.model_type not in causal:
+    own_causal = "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    if config.model_type not in causal and not (trust_remote_code and own_causal):
         raise ConfigError(
             f"hf={source} is a {config.model_type} model, not a causal language model; "
             "pass a decoder (AutoModelForCausalLM: Llama, Qwen2, Mistral, GPT-NeoX, GPT-2, ...)"
@@ -93,18 +105,18 @@ def load_pretrained(source: str, device: torch.device, precision: str) -> tuple[
         # stores every (heads × T × T) weight and a long evaluation would not fit. The attention
         # hook replaces it only within the forwards that ask for it.
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, attn_implementation="sdpa"
+            source, dtype=dtype, attn_implementation="sdpa", **trust
         )
     except (ValueError, ImportError):
         # a model without an sdpa path: HF's default (eager for it); any other cause fails again
         try:
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **trust)
         except Exception as err:
             raise _load_failed(source, "weights", err) from None
     except Exception as err:
         raise _load_failed(source, "weights", err) from None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source, **trust)
     except Exception as err:
         raise _load_failed(source, "tokenizer", err) from None
     if not getattr(tokenizer, "is_fast", False):

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from .configuration_poslab import PoslabConfig
 from .poslab_instantiate import instantiate_checked
@@ -77,19 +77,53 @@ def build_scheme(config: PoslabConfig) -> torch.nn.Module:
         return instantiate_checked(pos, **sizes, n_layer=gpt_config.n_layer)
 
 
-class PoslabForCausalLM(PreTrainedModel, GenerationMixin):
+class PoslabPreTrainedModel(PreTrainedModel):
     config_class = PoslabConfig
-    base_model_prefix = "poslab"
-    _tied_weights_keys = (
-        {"poslab.lm_head.weight": "poslab.tok_emb.weight"} if V5 else ["poslab.lm_head.weight"]
-    )
+    base_model_prefix = "model"
     _no_split_modules = ["Block"]
+
+    def _init_weights(self, module: torch.nn.Module) -> None:
+        """Every weight comes from the folder; derived buffers (θ, slopes) are built from the
+        config by the modules themselves."""
+
+
+class PoslabModel(PoslabPreTrainedModel):
+    """The network up to the final norm (HF's base model): `last_hidden_state`, the states the
+    tied output layer turns into logits (what eval.py hf= scores, fused with the loss)."""
 
     def __init__(self, config: PoslabConfig) -> None:
         super().__init__(config)
         self.poslab = build_gpt(config)
         self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        position_ids: torch.LongTensor | None = None,
+        **kwargs: Any,
+    ) -> BaseModelOutputWithPast:
+        """Final normalised states of `input_ids` (at `position_ids`, else 0..T−1)."""
+        return BaseModelOutputWithPast(
+            last_hidden_state=self.poslab.hidden_states(input_ids, position_ids)
+        )
+
+
+class PoslabForCausalLM(PoslabPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = (
+        {"model.poslab.lm_head.weight": "model.poslab.tok_emb.weight"}
+        if V5
+        else ["model.poslab.lm_head.weight"]
+    )
+
+    def __init__(self, config: PoslabConfig) -> None:
+        super().__init__(config)
+        self.model = PoslabModel(config)
+        self.post_init()
         self.cache_problem: str | None = None  # set once the weights are in (from_pretrained)
+
+    @property
+    def poslab(self) -> GPT:
+        return self.model.poslab
 
     @classmethod
     def from_pretrained(cls, *args: Any, **kwargs: Any) -> PoslabForCausalLM:
@@ -112,10 +146,6 @@ class PoslabForCausalLM(PreTrainedModel, GenerationMixin):
             owner, _, leaf = name.rpartition(".")
             module = self.poslab.pos.get_submodule(owner)
             module._buffers[leaf] = buffer.to(device)
-
-    def _init_weights(self, module: torch.nn.Module) -> None:
-        """Every weight comes from the folder; derived buffers (θ, slopes) are built from the
-        config by the modules themselves."""
 
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.poslab.tok_emb
