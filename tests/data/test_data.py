@@ -279,10 +279,18 @@ def test_datamodule_batches(corpus, tmp_path):
 
 @pytest.mark.skipif(not WIKITEXT2.is_dir(), reason="../shared/data/wikitext-2 not present")
 def test_real_wikitext2_word_level_matches_the_standard_counts(tmp_path):
-    """The standard WikiText-2 word-level setup: 33,278 types, 2,088,628 training tokens."""
-    cache = TokenCache("wikitext2", path=str(WIKITEXT2), cache_dir=os.environ["POSLAB_CACHE"])
+    """The standard WikiText-2 word-level setup: 33,278 types, 2,088,628 training tokens, each
+    type at its own id (data.tokenizer_version=2: <eos> apart from "the", <unk> from "and")."""
+    cache = TokenCache(
+        "wikitext2", path=str(WIKITEXT2), cache_dir=os.environ["POSLAB_CACHE"], tokenizer_version=2
+    )
     meta = cache.meta()
     assert meta["vocab_size"] == 33278
+    vocab = cache.tokenizer().get_vocab()
+    assert len(vocab) == len(set(vocab.values())) == 33278
+    ids = cache.split("validation").ids
+    lines = (WIKITEXT2 / "valid.txt").read_text().count("\n")
+    assert int((ids == vocab["<eos>"]).sum()) == lines
     assert meta["splits"]["train"]["tokens"] == 2088628
     assert meta["splits"]["validation"]["tokens"] == 217646
     assert meta["splits"]["test"]["tokens"] == 245569
@@ -299,3 +307,71 @@ def test_a_token_file_cut_short_is_rebuilt_not_a_traceback(corpus, tmp_path):
     again = TokenCache("toy", path=str(corpus), cache_dir=str(tmp_path))
     assert np.array_equal(np.array(again.split("validation").ids), before)
     assert ids.stat().st_size > 1000
+
+
+# a corpus whose text holds a special token as a word, as WikiText's <unk> (the trainer then
+# leaves a hole in the ids, which the vocabulary is renumbered to close)
+SPECIAL_IN_TEXT = ["the cat sat", "the dog <unk> ran", "a b c the the", "a <unk> cat"]
+
+
+def test_the_word_vocabulary_gives_every_token_its_own_id():
+    """data.tokenizer_version=2: <eos>, the text's <unk> and every word at distinct ids, the
+    same in memory as read back from its JSON (what a run records and an export writes)."""
+    from tokenizers import Tokenizer
+
+    from poslab.data.tokens import EOS, UNK, encode_lines, train_tokenizer
+
+    tokenizer = train_tokenizer(SPECIAL_IN_TEXT, "word", None, version=2)
+    vocab = tokenizer.get_vocab()
+    assert len(set(vocab.values())) == len(vocab) == 10  # 8 words, <unk>, <eos>
+    assert sorted(vocab.values()) == list(range(10))  # no hole
+    reread = Tokenizer.from_str(tokenizer.to_str())
+    ids = encode_lines(tokenizer, SPECIAL_IN_TEXT).ids
+    assert list(ids) == list(encode_lines(reread, SPECIAL_IN_TEXT).ids)
+    eos, unk, the = (tokenizer.token_to_id(t) for t in (EOS, UNK, "the"))
+    assert len({eos, unk, the}) == 3
+    assert int((ids == eos).sum()) == len(SPECIAL_IN_TEXT)  # one per line end
+    assert int((ids == unk).sum()) == 2  # the text's two <unk>
+    assert tokenizer.encode("zebra").ids == [unk]  # an unknown word
+
+
+def test_version_1_keeps_its_merged_ids_and_reads_back_as_its_cache_encodes():
+    """data.tokenizer_version=1 (runs before the fix) put <eos> at the id of a word; its cache
+    holds those ids, and read_tokenizer reads its JSON so that it encodes them again."""
+    from tokenizers import Tokenizer
+
+    from poslab.data.tokens import EOS, encode_lines, legacy_merges, read_tokenizer, train_tokenizer
+
+    legacy = train_tokenizer(SPECIAL_IN_TEXT, "word", None, version=1)
+    cache_ids = list(encode_lines(legacy, SPECIAL_IN_TEXT).ids)
+    eos = legacy.token_to_id(EOS)
+    assert eos == legacy.token_to_id("the")  # the merge, kept on purpose for old runs
+    text = legacy.to_str()
+    assert legacy_merges(text)
+    assert list(encode_lines(Tokenizer.from_str(text), SPECIAL_IN_TEXT).ids) != cache_ids
+    assert list(encode_lines(read_tokenizer(text), SPECIAL_IN_TEXT).ids) == cache_ids
+    fixed = train_tokenizer(SPECIAL_IN_TEXT, "word", None, version=2).to_str()
+    assert legacy_merges(fixed) == {}
+
+
+def test_the_cache_folder_follows_the_tokenizer_version_of_word_vocabularies(corpus, tmp_path):
+    """Version 1 keeps the folders caches always had (old runs find theirs); version 2 of a
+    word vocabulary has its own; BPE is the same in both. A config without the key is 1."""
+    base = {"path": str(corpus), "cache_dir": str(tmp_path)}
+    word = {v: TokenCache("toy", **base, tokenizer_version=v).folder for v in (1, 2)}
+    assert word[1] == TokenCache("toy", **base).folder and word[1] != word[2]
+    bpe = {
+        v: TokenCache("toy", **base, tokenizer="bpe", vocab_size=300, tokenizer_version=v)
+        for v in (1, 2)
+    }
+    assert bpe[1].folder == bpe[2].folder
+    assert TokenCache.from_config({"name": "toy", **base}).settings["tokenizer_version"] == 1
+    with pytest.raises(ConfigError, match="data.tokenizer_version=3"):
+        TokenCache("toy", **base, tokenizer_version=3)
+
+
+def test_a_composed_run_config_uses_the_fixed_vocabulary(tmp_path):
+    from conftest import compose_train
+
+    cfg = compose_train(["pos=rope"], tmp_path)
+    assert cfg.data.tokenizer_version == 2

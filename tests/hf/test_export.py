@@ -183,3 +183,18 @@ def test_without_the_hf_extra_each_hf_command_says_what_to_install(
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert lines[0].startswith("error: ") and 'pip install "poslab[hf]"' in lines[0], lines[0]
     assert not out.exists()
+
+
+def test_a_version_1_vocabulary_with_merged_ids_does_not_export():
+    """A run whose word vocabulary put <eos> at a word's id (data.tokenizer_version=1 on a text
+    holding <unk>): no HF tokenizer encodes as its training did, so the export says so in one
+    line; the fixed vocabulary of the same text exports."""
+    from poslab.data.tokens import read_tokenizer, train_tokenizer
+    from poslab.errors import ConfigError
+    from poslab.hf.export import check_exportable_tokenizer
+
+    lines = ["the cat sat", "the dog <unk> ran", "a b c the the"]
+    legacy = read_tokenizer(train_tokenizer(lines, "word", None, version=1).to_str())
+    with pytest.raises(ConfigError, match="data.tokenizer_version=2"):
+        check_exportable_tokenizer(legacy)
+    check_exportable_tokenizer(read_tokenizer(train_tokenizer(lines, "word", None, 2).to_str()))
