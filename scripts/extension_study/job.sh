@@ -3,7 +3,8 @@
 # fine-tuning"), one thread: bash scripts/extension_study/job.sh TYPE KIND SEED; skipped when its
 # extrapolation.json exists, so a queue of them resumes. PARENTS: the folder holding rope_s1234,
 # rope_s1, rope_s2 (the every-scheme command at trainer.max_steps=300, fp32; default
-# outputs/study45); OUT: where the jobs write (default outputs/extension_study).
+# outputs/study45; word vocabulary version 1, as every committed study); OUT: where the jobs
+# write (default outputs/extension_study).
 #   base - S        the parent evaluated as trained
 #   search - S      LongRoPE's factor search at T=512 on the parent
 #   eval0 KIND S    the parent with eval.rope_scaling.kind=KIND factor 4 (= extend= with 0 steps)
@@ -54,7 +55,7 @@ case $type in
     python eval.py run=$P eval.short_context=32 eval.max_tokens=65536 eval.precision=32-true \
       out_dir=$O wandb=false ;;
   scratch) O=$D/scratch512_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
-    python train.py $FT pos=rope data.seq_len=512 data.batch_size=8 trainer.max_steps=350 \
+    python train.py $FT pos=rope data.seq_len=512 data.batch_size=8 data.tokenizer_version=1 trainer.max_steps=350 \
       trainer.val_check_interval=175 $EV hydra.run.dir=$O resume=auto ;;
   slide) R=$D/${kind}_s$s; [ "$kind" = base ] && R=$P; O=$D/slide_${kind}_s$s
     [ -f $O/extrapolation/extrapolation.json ] && exit 0
