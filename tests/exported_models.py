@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 import torch
-from models import VOCAB, kernel_config
+from models import VOCAB, far_from_init, kernel_config
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from poslab.data.tokens import EOS, UNK
@@ -39,11 +39,4 @@ def trained_looking(config: dict[str, Any]) -> torch.nn.Module:
     """The run's GPT with weights far from the init (std 0.2, positional parameters N(0, 1)), so
     that positions visibly change the logits (as tests/models.py's tiny_gpt)."""
     torch.manual_seed(0)
-    model = build_model(config, VOCAB)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.startswith("pos."):
-                param.normal_(0, 1.0)
-            elif param.dim() >= 2:
-                param.normal_(0, 0.2)
-    return model.eval()
+    return far_from_init(build_model(config, VOCAB))

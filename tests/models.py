@@ -69,7 +69,12 @@ def tiny_gpt(
     torch.manual_seed(seed)
     pos = build_scheme(scheme, d_model=d_model, **scheme_options)
     config = GPTConfig(vocab_size=VOCAB, n_layer=N_LAYER, n_head=N_HEAD, d_model=d_model)
-    model = GPT(config, pos, build_kernel(kernel, **(kernel_options or {})))
+    return far_from_init(GPT(config, pos, build_kernel(kernel, **(kernel_options or {}))))
+
+
+def far_from_init(model: GPT) -> GPT:
+    """`model` with weight matrices at std 0.2 and positional parameters at N(0, 1) (see
+    tiny_gpt), in eval mode."""
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.startswith("pos."):
