@@ -4,26 +4,34 @@
 # absolute path, since this runs inside OUT)
 ROOT=$(pwd)
 cd "${OUT:-outputs/extension_study}"
-dirs=$(for d in base_s* eval0_* ft50_* drope50_* drope200_* plain50_* scratch512_*; do [ -f $d/extrapolation/extrapolation.json ] && echo $d; done)
+dirs=$(for d in base_s* eval0_* ft50_* ft200_* drope50_* drope200_* plain50_* plain200_* scratch512_*; do [ -f $d/extrapolation/extrapolation.json ] && echo $d; done)
 R=()
 for k in pi ntk yarn llama3 longrope; do
   R+=(--rename "rope + $k s=4=rope + $k s=4, eval-time (0 steps)")
-  R+=(--rename "rope + $k s=4, fine-tuned from L=128=rope + $k s=4, 50 steps at L=512")
 done
 # the rows that share the name rope or DroPE's are told apart by long option lists: short names
 while IFS= read -r line; do R+=(--rename "$line"); done < <(python - $dirs <<'PY'
 import sys
 from pathlib import Path
 from poslab.report.compare import label_rows
-labels = {r["scheme"] for r in label_rows([Path(d) / "extrapolation" / "extrapolation.json" for d in sys.argv[1:]])}
+per_seed = ["pos.scaling.long_factor", "pos.scaling.short_factor"]  # as compare.py is given below
+files = [Path(d) / "extrapolation" / "extrapolation.json" for d in sys.argv[1:]]
+labels = {r["scheme"] for r in label_rows(files, per_seed=per_seed)}
 for label in sorted(labels):
     if label.startswith("rope ["):
         if "data.seq_len=128" in label:
             print(f"{label}=rope")
-        elif "trainer.max_steps=50" in label:
+        elif "trainer.max_steps=50," in label or "trainer.max_steps=50]" in label:
             print(f"{label}=rope, 50 steps at L=512 (no extension)")
+        elif "trainer.max_steps=200" in label:
+            print(f"{label}=rope, 200 steps at L=512 (no extension)")
         elif "trainer.max_steps=350" in label:
             print(f"{label}=rope from scratch at L=512 (350 steps)")
+    elif label.endswith(", fine-tuned from L=128"):  # one step count: the first slice's 50
+        print(f"{label}={label.split(', fine-tuned')[0]}, 50 steps at L=512")
+    elif ", fine-tuned from L=128 [" in label and "max_steps=" in label:
+        steps = label.split("trainer.max_steps=")[1].split("]")[0].split(",")[0]
+        print(f"{label}={label.split(', fine-tuned')[0]}, {steps} steps at L=512")
     elif label.startswith("nope (DroPE") and "max_steps=" in label:
         steps = label.split("trainer.max_steps=")[1].split("]")[0].split(",")[0]
         print(f"{label}=nope (DroPE from rope at L=128), {steps} steps")
