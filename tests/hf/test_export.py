@@ -198,3 +198,24 @@ def test_a_version_1_vocabulary_with_merged_ids_does_not_export():
     with pytest.raises(ConfigError, match="data.tokenizer_version=2"):
         check_exportable_tokenizer(legacy)
     check_exportable_tokenizer(read_tokenizer(train_tokenizer(lines, "word", None, 2).to_str()))
+
+
+def test_the_exported_tokenizer_reads_a_text_with_unk_into_the_caches_ids(tmp_path):
+    """WikiText's text holds <unk> as a word: the exported tokenizer of a (version 2) word
+    vocabulary gives, line for line, the ids of poslab's token cache, <eos> and <unk> included
+    (with version 1 they differed: eval.py hf= of an export scored other tokens)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from poslab.hf.export import hf_tokenizer
+
+    lines = [" the cat sat . ", " the dog <unk> ran . ", " a <unk> cat , the end . "] * 20
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    cache = TokenCache(
+        "toy", path=str(tmp_path), cache_dir=str(tmp_path / "c"), tokenizer_version=2
+    )
+    ours = [int(i) for i in cache.split("validation").ids]
+    theirs = hf_tokenizer(cache.tokenizer())
+    assert isinstance(theirs, PreTrainedTokenizerFast)
+    text = (tmp_path / "valid.txt").read_text()
+    assert theirs(text, add_special_tokens=False)["input_ids"] == ours
