@@ -202,8 +202,8 @@ def test_a_version_1_vocabulary_with_merged_ids_does_not_export():
 
 def test_the_exported_tokenizer_reads_a_text_with_unk_into_the_caches_ids(tmp_path):
     """WikiText's text holds <unk> as a word: the exported tokenizer of a (version 2) word
-    vocabulary gives, line for line, the ids of poslab's token cache, <eos> and <unk> included
-    (with version 1 they differed: eval.py hf= of an export scored other tokens)."""
+    vocabulary, every token at its own id, gives the ids of poslab's token cache, <eos> and
+    <unk> included."""
     from transformers import PreTrainedTokenizerFast
 
     from poslab.hf.export import hf_tokenizer
@@ -215,6 +215,8 @@ def test_the_exported_tokenizer_reads_a_text_with_unk_into_the_caches_ids(tmp_pa
         "toy", path=str(tmp_path), cache_dir=str(tmp_path / "c"), tokenizer_version=2
     )
     ours = [int(i) for i in cache.split("validation").ids]
+    vocab = cache.tokenizer().get_vocab()
+    assert len(set(vocab.values())) == len(vocab)
     theirs = hf_tokenizer(cache.tokenizer())
     assert isinstance(theirs, PreTrainedTokenizerFast)
     text = (tmp_path / "valid.txt").read_text()
