@@ -15,7 +15,7 @@
 #   scratch - S     rope from scratch at L=512, the parent's tokens plus 50 steps'
 #   slide ROW S     the row's run (base: the parent; else the job folder ROW_sS) scored in the
 #                   sliding mode (stride L/2) on the first 16,384 validation tokens
-#   cuse ROW S      the row's run: context use (c = 32) at 128-2048
+#   cuse ROW S      the row's run (base: the parent; = the ctx job): context use (c = 32) at 128-2048
 # The needle (experiment=tasks_needle_cpu): rope at L=64 extended to 256, scored at 64-1024
 #   nparent - S     rope trained on the needle at L=64 (the task study's command)
 #   nbase - S       that parent scored as trained
@@ -61,7 +61,8 @@ case $type in
     [ -f $O/extrapolation/extrapolation.json ] && exit 0
     python eval.py run=$R eval.lengths=[128,256,512,1024,2048] eval.modes=[sliding] \
       eval.max_tokens=16384 eval.precision=32-true out_dir=$O wandb=false ;;
-  cuse) R=$D/${kind}_s$s; O=$D/cuse_${kind}_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
+  cuse) R=$D/${kind}_s$s; [ "$kind" = base ] && R=$P; O=$D/cuse_${kind}_s$s
+    [ -f $O/extrapolation/extrapolation.json ] && exit 0
     python eval.py run=$R eval.lengths=[128,256,512,1024,2048] eval.short_context=32 \
       eval.max_tokens=65536 eval.precision=32-true out_dir=$O wandb=false ;;
   nparent) grep -q '"status": "completed"' $NP/status.json 2>/dev/null && exit 0
