@@ -76,10 +76,11 @@ def test_a_run_that_did_not_learn_gets_no_rank_and_says_so():
     )
     table = learning_table(rows, "scheme")
     lines = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
-    assert lines["nope"].endswith("| 256 | 750 | 1 |")
-    assert lines["rope"].endswith("| 128 | 500 | 2 |")
-    assert lines["alibi"].endswith("| 64 | 250 | 3 |")
-    assert lines["t5"].endswith("| no | 0 | — | — |")
+    # no example count in these rows: no interval, no verdict ("—"); ranked by accuracy alone
+    assert lines["nope"].endswith("| 256 | — | 750 | 1 |")
+    assert lines["rope"].endswith("| 128 | — | 500 | 2 |")
+    assert lines["alibi"].endswith("| 64 | — | 250 | 3 |")
+    assert lines["t5"].endswith("| no | 0.300 | — | 0 | — | — | — |")
     text = markdown(rows, "needle: accuracy vs evaluation length", "scheme")
     assert "| t5 (did not learn at L) |" in text
     assert "| _chance_ |" in text and "| _best shortcut_ | 0.02 |" in text
@@ -110,7 +111,7 @@ def test_seeds_merge_into_learned_seeds_and_effective_length_mean_sd():
     assert row["steps_to_learn"] == 500 and row["steps_learned"] == 2
     assert row["shortcut"] == pytest.approx(0.02)
     table = learning_table(merged, "scheme")
-    assert "| rope | 2/3 | 128 ± 128 | 500 ± 354 | — |" in table
+    assert "| rope | 2/3 | 0.950; 0.950; 0.500 | — | 128 ± 128 | — | 500 ± 354 | — |" in table
 
 
 def test_a_row_some_seeds_of_which_learned_says_how_many_in_table_and_figure():

@@ -139,17 +139,32 @@ def three_seeds(tmp_path: Path) -> None:
         seeded_run(tmp_path / f"t5{seed}", "t5", [level, level + 10 + wobble, level + 30], seed)
 
 
+def differences_and_holm(text: str, heading: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The lines of the table of differences under `heading`, and of the Holm p below it, each
+    by its first cell ("| alibi")."""
+    section = text.split(heading, 1)[1].split("\n### ", 1)[0]
+    table, below = section.split("Holm-adjusted p", 1)
+
+    def by_row(part: str) -> dict[str, str]:
+        return {line.split(" | ")[0]: line for line in part.splitlines() if line.startswith("| ")}
+
+    return by_row(table), by_row(below)
+
+
 def test_compare_with_a_baseline_prints_paired_differences_with_intervals(tmp_path, capsys):
     three_seeds(tmp_path / "runs")
     compare([tmp_path / "runs"], tmp_path / "out", baseline="rope")
     text = (tmp_path / "out" / "comparison.md").read_text()
     assert text == capsys.readouterr().out.split("\n\nwrote comparison")[0] + "\n"
     assert "### difference to rope (nonoverlapping): perplexity, mean [95% CI]" in text
-    lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    table, holm_p = differences_and_holm(text, "### difference to rope (nonoverlapping)")
     # alibi − rope is −2 in every seed: an interval of zero width, distinguishable
-    assert lines["| alibi"].startswith("| alibi | 3 paired | −2.00 [−2.00, −2.00] |")
+    assert table["| alibi"].startswith("| alibi | 3 paired | −2.00 [−2.00, −2.00] |")
     # t5 at 128: −0.5, +0.5, 0 -> mean 0, not distinguishable; the 1x cells equal rope's
-    assert "+0.00 [−1.24, +1.24] not distinguishable" in lines["| t5"]
+    assert "+0.00 [−1.24, +1.24] not distinguishable" in table["| t5"]
+    # below it, the p of each: −2 in every seed is p 0; t5's mean 0 at 128 is p 1, Holm too
+    assert holm_p["| alibi"].startswith("| alibi | <0.001 (<0.001) | <0.001 (<0.001) |")
+    assert "| 1.000 (1.000) |" in holm_p["| t5"]
     assert "| rope | 3 paired" not in text  # the baseline has no row of its own
     # the merged rows keep each seed's values, so the committed json can be paired again
     rows = json.loads((tmp_path / "out" / "comparison.json").read_text())
@@ -226,7 +241,7 @@ def test_a_committed_table_stands_beside_new_runs_with_its_rows_labelled_by_its_
     names = {r["scheme"] for r in rows}
     assert names == {"rope", "t5", "rope [committed]", "t5 [committed]", "alibi"}
     text = (tmp_path / "out" / "comparison.md").read_text()
-    lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    lines, _ = differences_and_holm(text, "### difference to rope (nonoverlapping)")
     assert lines["| t5"].startswith("| t5 | 3 paired | +0.00 [+0.00, +0.00]")  # new: by seed
     assert "| t5 [committed] | 3 paired |" in text  # its per_seed values were kept
     assert lines["| alibi"].startswith("| alibi | 3 paired | −2.00")

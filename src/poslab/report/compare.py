@@ -12,7 +12,7 @@ from typing import Any
 
 from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
-from poslab.report.differences import difference, difference_set
+from poslab.report.differences import difference, difference_set, holm_table
 from poslab.report.intervals import Interval
 from poslab.report.tables import fmt, is_finite, is_nonfinite, markdown
 
@@ -784,26 +784,21 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
     else:
         factor = 1.0
     lines = [head, "|---" * (len(lengths) + 2 + ratio_column) + "|"]
+    table: dict[str, list[Interval | None]] = {}  # what the Holm p below the table adjusts
     for scheme, at_lengths in found_set.by_scheme.items():
-        found = list(at_lengths)
+        found = table[scheme] = list(at_lengths)
         if ratio_column and (scheme, longest) in cells:
             pair = [with_ratio(sub, cells[s, longest], factor) for s in (scheme, baseline)]
             found.append(difference(*pair, "ratio"))
         elif ratio_column:
             found.append(None)
-        first = next(i for i in found if i is not None)
-        pairing = (
-            f"{first.n} paired"
-            if first.paired and first.n > 1
-            else f"{first.n} unpaired"
-            if not first.paired
-            else "1"
-        )
+        pairing = _pairing(next(i for i in found if i is not None))
         digits = [2 if metric == "ppl" else 3] * len(lengths) + [3] * ratio_column
         texts = [difference_cell(i, d) for i, d in zip(found, digits, strict=True)]
         lines.append(f"| {scheme} | {pairing} | {' | '.join(texts)} |")
     if len(lines) == 2:  # no row has a difference to show (the baseline lacks this mode)
         return ""
+    columns = [str(n) for n in lengths] + [f"ratio {factor:g}× ÷ 1×"] * ratio_column
     what = "perplexity" if metric == "ppl" else "accuracy (whole answer)"
     return (
         f"\n\n### difference to {baseline} ({mode}): {what}, mean [95% CI]\n\n"
@@ -812,8 +807,15 @@ def differences(rows: list[dict], baseline: str, mode: str) -> str:
         '"unpaired": the rows kept no per-seed values or share fewer than two seeds, so '
         "Welch's interval from their mean ± sd. A difference whose interval holds 0 is "
         '"not distinguishable" at these seeds; a one-seed row has no interval '
-        '("no CI").\n\n' + "\n".join(lines)
+        '("no CI").\n\n' + "\n".join(lines) + holm_table(table, columns)
     )
+
+
+def _pairing(first: Interval) -> str:
+    """How a row's differences were taken, from its first one: "3 paired", "3 unpaired", "1"."""
+    if first.paired and first.n > 1:
+        return f"{first.n} paired"
+    return f"{first.n} unpaired" if not first.paired else "1"
 
 
 def context_differences(rows: list[dict], baseline: str) -> str:
@@ -828,8 +830,9 @@ def context_differences(rows: list[dict], baseline: str) -> str:
     ):
         lines = [f"| scheme | seeds | {' | '.join(str(n) for n in lengths)} |"]
         lines.append("|---" * (len(lengths) + 2) + "|")
+        table: dict[str, list[Interval | None]] = {}  # each metric's table: a family of its own
         for scheme in dict.fromkeys(s for s, _ in cells if s != baseline):
-            found = [
+            found = table[scheme] = [
                 difference(cells[scheme, n], cells[baseline, n], metric)
                 if (scheme, n) in cells and (baseline, n) in cells
                 else None
@@ -843,7 +846,9 @@ def context_differences(rows: list[dict], baseline: str) -> str:
             lines.append(f"| {scheme} | {seeds} | {' | '.join(texts)} |")
         if len(lines) > 2:
             sections.append(
-                f"\n\n### difference to {baseline}: {what}, mean [95% CI]\n\n" + "\n".join(lines)
+                f"\n\n### difference to {baseline}: {what}, mean [95% CI]\n\n"
+                + "\n".join(lines)
+                + holm_table(table, [str(n) for n in lengths])
             )
     return "".join(sections)
 
@@ -857,8 +862,9 @@ def mode_differences(rows: list[dict], mode: str, base_mode: str = "nonoverlappi
     lengths = sorted({n for _, m, n in cells if m == mode})
     lines = [f"| scheme | seeds | {' | '.join(str(n) for n in lengths)} |"]
     lines.append("|---" * (len(lengths) + 2) + "|")
+    table: dict[str, list[Interval | None]] = {}
     for scheme in dict.fromkeys(s for s, m, _ in cells if m == mode):
-        found = [
+        found = table[scheme] = [
             difference(cells[scheme, mode, n], cells[scheme, base_mode, n], "ppl")
             if (scheme, base_mode, n) in cells and (scheme, mode, n) in cells
             else None
@@ -880,6 +886,7 @@ def mode_differences(rows: list[dict], mode: str, base_mode: str = "nonoverlappi
         "gain of more context per scored token; beyond L, sliding windows score only "
         "positions past L, non-overlapping ones mix them with positions within L.\n\n"
         + "\n".join(lines)
+        + holm_table(table, [str(n) for n in lengths])
     )
 
 

@@ -3,6 +3,10 @@
 
 Paired by seed where both rows kept per-seed values (the seeds both ran), else Welch's interval
 from the rows' mean ± sd over seeds, else (a one-seed side) the difference alone, no interval.
+
+A table of differences tests many at once: `holm_table` gives, below it, each difference's
+two-sided p adjusted over all the differences of that table (Holm), so that a reader does not
+take the one in twenty that excludes 0 by chance for an effect.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from dataclasses import dataclass
 
 from poslab.report.intervals import (
     Interval,
+    holm,
     paired_difference,
     welch_from_summaries,
 )
@@ -76,3 +81,41 @@ def difference_set(rows: list[dict], baseline: str, mode: str) -> DifferenceSet:
     factors = {r["length"]: r["factor"] for r in base_rows if is_finite(r.get("factor"))}
     values = {r["length"]: r[metric] for r in base_rows if is_finite(r.get(metric))}
     return DifferenceSet(baseline, mode, metric, lengths, by_scheme, factors, values)
+
+
+def p_text(p: float) -> str:
+    """A p-value as a table shows it: three decimals, "<0.001" below that."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def holm_table(found: dict[str, list[Interval | None]], columns: list[str]) -> str:
+    """A Markdown block for directly below a table of differences (`found`: row -> its
+    differences, one per column of `columns`): each difference's two-sided p adjusted by Holm
+    over the family of every difference of that table with an interval, the plain p in
+    parentheses, and a sentence naming the family; "" when no difference has a p (one seed)."""
+    family = [
+        (name, j)
+        for name, cells in found.items()
+        for j, interval in enumerate(cells)
+        if interval is not None and interval.p is not None
+    ]
+    if not family:
+        return ""
+    adjusted = dict(zip(family, holm([found[k][j].p for k, j in family]), strict=True))
+    lines = [f"| scheme | {' | '.join(columns)} |", "|---" * (len(columns) + 1) + "|"]
+    for name, cells in found.items():
+        if not any((name, j) in adjusted for j in range(len(cells))):
+            continue  # a row of one-seed differences: no p to show
+        texts = [
+            f"{p_text(adjusted[name, j])} ({p_text(i.p)})" if (name, j) in adjusted else "—"
+            for j, i in enumerate(cells)
+        ]
+        lines.append(f"| {name} | {' | '.join(texts)} |")
+    return (
+        "\n\nHolm-adjusted p (plain p in parentheses): two-sided, from the t statistic and "
+        "degrees of freedom of each interval above.\n\n"
+        + "\n".join(lines)
+        + f"\n\nHolm over the {len(family)} differences of this table that have an interval: "
+        "a Holm p below 0.05 is a difference that stays distinguishable when all of them are "
+        "tested at once."
+    )

@@ -6,6 +6,8 @@
   share fewer than two seeds, Welch's unpaired interval; None where neither can be had.
 * `wilson_interval`: a binomial interval for an accuracy over the evaluated examples (Wilson
   1927: never outside [0, 1], sensible at 0 and 1, unlike the normal approximation).
+* `Interval.p` and `holm`: a difference's two-sided p-value (the same t statistic and degrees of
+  freedom as its interval) and the Holm–Bonferroni adjustment over a table's differences.
 
 The t quantile is computed here (regularized incomplete beta, bisection) so that the package
 needs no scipy; tests check it against scipy where scipy is installed.
@@ -29,6 +31,21 @@ class Interval:
     high: float | None
     n: int
     paired: bool = True
+    # the standard error and degrees of freedom behind low/high (a t interval): what its p-value
+    # needs; None for an interval built otherwise (a ratio's, a one-seed difference)
+    se: float | None = None
+    df: float | None = None
+
+    @property
+    def p(self) -> float | None:
+        """The two-sided p-value of "mean = 0" from the t statistic behind the interval, so that
+        p < 1 − confidence exactly when the interval excludes 0; None without a standard error.
+        A spread of 0 (identical differences) gives 0 for a nonzero mean, 1 for a zero one."""
+        if self.se is None or self.df is None:
+            return None
+        if self.se == 0.0:
+            return 0.0 if self.mean != 0.0 else 1.0
+        return 2.0 * t_cdf(-abs(self.mean) / self.se, self.df)
 
     @property
     def distinguishable(self) -> bool | None:
@@ -100,8 +117,10 @@ def t_interval(values: list[float], confidence: float = CONFIDENCE) -> Interval:
     mean = statistics.fmean(values)
     if n < 2:
         return Interval(mean, None, None, n)
+    se = statistics.stdev(values) / math.sqrt(n)
+    # the bounds as before the p-value was added (t × sd / √n, in that order: same floats)
     half = t_quantile(0.5 + confidence / 2.0, n - 1) * statistics.stdev(values) / math.sqrt(n)
-    return Interval(mean, mean - half, mean + half, n)
+    return Interval(mean, mean - half, mean + half, n, se=se, df=n - 1)
 
 
 def welch_interval(
@@ -131,10 +150,11 @@ def welch_from_summaries(
     va, vb = sd_a**2 / n_a, sd_b**2 / n_b
     diff = mean_a - mean_b
     if va + vb == 0.0:
-        return Interval(diff, diff, diff, min(n_a, n_b), paired=False)
+        return Interval(diff, diff, diff, min(n_a, n_b), paired=False, se=0.0, df=n_a + n_b - 2)
     df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
-    half = t_quantile(0.5 + confidence / 2.0, df) * math.sqrt(va + vb)
-    return Interval(diff, diff - half, diff + half, min(n_a, n_b), paired=False)
+    se = math.sqrt(va + vb)
+    half = t_quantile(0.5 + confidence / 2.0, df) * se
+    return Interval(diff, diff - half, diff + half, min(n_a, n_b), paired=False, se=se, df=df)
 
 
 def paired_difference(
@@ -169,3 +189,20 @@ def wilson_interval(
     low = 0.0 if p == 0.0 else max(0.0, centre - half)
     high = 1.0 if p == 1.0 else min(1.0, centre + half)
     return low, high
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (Holm 1979), in the order given: a step-down
+    correction that controls the family-wise error rate over all of `p_values` (the family).
+    The k-th smallest p (k = 1..m) is multiplied by m − k + 1; each adjusted value is then the
+    running maximum of those products up to it (monotone: a smaller plain p never gets a larger
+    adjusted one), capped at 1. Rejecting every hypothesis whose adjusted p is below α is Holm's
+    procedure at level α."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p_values[i]))
+        adjusted[i] = running
+    return adjusted

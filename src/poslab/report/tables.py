@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from poslab.report.learning import learning_cells
+
 NONFINITE = "nonfinite"  # the cell of a diverged model (NaN or inf), never "—" (a skipped length)
 NO_DOCUMENT = "skipped: no document"  # the status of a length no document reaches (documents.py)
 
@@ -235,8 +237,14 @@ def task_tables(rows: list[dict], name: str, row_key: str) -> list[str]:
             f"A run learned the task when its accuracy at L reaches {threshold:g}; its effective "
             f"length is the longest evaluated length up to which accuracy stays ≥ {threshold:g} "
             "(0: not learned). Steps to learn: the step whose validation accuracy first "
-            "reached `train.stop_at_accuracy` (over the seeds that reached it). A row learned "
-            "when every seed did; only such rows are ranked.\n",
+            "reached `train.stop_at_accuracy` (over the seeds that reached it). With the "
+            "uncertainty of the examples: each seed's accuracy at L with its 95% Wilson "
+            "interval over that seed's examples, and a verdict, learned (✓) when the lower bound "
+            f"is ≥ {threshold:g}, not learned (✗) when the upper bound is below it, unclear (?) "
+            f"when the interval holds {threshold:g}; each seed's effective length as "
+            "sure–possible: the longest length up to which every length is learned by the "
+            "lower bound, and up to which none is not learned by the upper bound. Only rows "
+            "whose every seed is learned by the lower bound are ranked (by effective length).\n",
             learning_table(rows, row_key),
         ]
     return [
@@ -321,16 +329,23 @@ def baselines_note(rows: list[dict]) -> str:
 
 
 def learning_table(rows: list[dict], row_key: str) -> str:
-    """One line per row key: learned at L (seeds that learned / seeds), effective length
-    (mean ± sd over seeds), steps to learn, and a rank by effective length among the rows
-    whose every seed learned ("—" for the others: an unlearned run is never ranked)."""
-    first = {}
+    """One line per row key: learned at L (seeds at or above the line / seeds), each seed's
+    accuracy at L with its 95% Wilson interval and the verdict counts (report/learning.py),
+    effective length (mean ± sd over seeds) and each seed's sure–possible effective length,
+    steps to learn, and a rank by effective length among the rows whose every seed learned by
+    its interval's lower bound ("—" for the others: a run not surely learned is never ranked;
+    a row without an example count, hence no verdict, by its accuracy alone)."""
+    line = next((r["learned_at"] for r in rows if is_finite(r.get("learned_at"))), 0.9)
+    by_key: dict[str, list[dict]] = {}
     for r in rows:
-        first.setdefault(r[row_key], r)
-    ranked = sorted(
-        (k for k, r in first.items() if r.get("learned") is True),
-        key=lambda k: -first[k].get("effective_length", 0),
-    )
+        by_key.setdefault(r[row_key], []).append(r)
+    first = {key: group[0] for key, group in by_key.items()}
+    cells = {key: learning_cells(group, line) for key, group in by_key.items()}
+    # ranked: every seed reached the line, and none is unclear or not learned by its interval
+    # (a row without an example count has no verdict: None, ranked by its accuracy alone)
+    surely = [k for k, r in first.items() if r.get("learned") is True]
+    surely = [k for k in surely if cells[k].every_seed_learned is not False]
+    ranked = sorted(surely, key=lambda k: -first[k].get("effective_length", 0))
     rank, previous = {}, None
     for i, key in enumerate(ranked):  # ties share a rank
         value = first[key].get("effective_length")
@@ -341,8 +356,9 @@ def learning_table(rows: list[dict], row_key: str) -> str:
         )
         previous = key
     lines = [
-        f"| {row_key} | learned at L | effective length | steps to learn | rank |",
-        "|---|---|---|---|---|",
+        f"| {row_key} | learned at L | accuracy at L by seed [95% Wilson] | verdict at L "
+        "| effective length | by seed, sure–possible | steps to learn | rank |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, r in first.items():
         n = r.get("n_seeds", 1)
@@ -353,8 +369,12 @@ def learning_table(rows: list[dict], row_key: str) -> str:
             if n > 1
             else {True: "yes", False: "no", None: "not evaluated"}[passed]
         )
+        c = cells[key]
         effective, steps = whole(r, "effective_length"), whole(r, "steps_to_learn")
-        lines.append(f"| {key} | {said} | {effective} | {steps} | {rank.get(key, '—')} |")
+        lines.append(
+            f"| {key} | {said} | {c.accuracies} | {c.verdicts} | {effective} | {c.spans} "
+            f"| {steps} | {rank.get(key, '—')} |"
+        )
     return "\n".join(lines)
 
 
