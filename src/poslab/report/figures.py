@@ -45,6 +45,8 @@ from poslab.plotting import (  # re-exported: callers and tests import them from
     text_artists,
     wrap,
 )
+from poslab.report.families import BEST_TITLE, MOST_ROWS, panel_groups
+from poslab.report.seeds import mean_sd
 from poslab.report.tables import NONFINITE, is_finite, is_nonfinite, learning_note
 
 __all__ = [
@@ -72,6 +74,9 @@ __all__ = [
 # a log y-axis when the largest perplexity is at least this many times the smallest (see
 # ppl_yaxis for why)
 LOG_AXIS_MIN_RATIO = 3.0
+# how a report's default title ends ("perplexity vs evaluation length"): it says which
+# quantity, not which experiment, so a figure of another quantity drops it (figure_title)
+GENERIC_TITLE = "vs evaluation length"
 
 
 # ---------------------------------------------------------------- series, order and styles
@@ -140,6 +145,18 @@ def ppl_yaxis(ax: Axes, values: Iterable[float]) -> str:
     return "log"
 
 
+def figure_title(what: str, title: str | None, noun: str) -> str:
+    """A figure's title that names its quantity: the report's `title` when it names `noun`
+    ("needle: accuracy vs evaluation length"), `what` alone in place of a generic title of
+    another quantity (a loss-by-position figure of "perplexity vs evaluation length"), else the
+    report's title over `what` (its first line says which experiment, the second what is drawn)."""
+    if title and noun in title.lower():
+        return title
+    if not title or title.rstrip().endswith(GENERIC_TITLE):
+        return what
+    return f"{title}\n{what}"
+
+
 def no_data_note(ax: Axes, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="grey")
 
@@ -161,7 +178,7 @@ def dropped_text(dropped: list[tuple[str, int]]) -> str | None:
 # ---------------------------------------------------------------- the figures
 
 
-def _rows_by_series(
+def rows_by_series(
     rows: list[dict], series_key: str, keep: Callable[[dict], bool]
 ) -> dict[str, list[dict]]:
     """The rows that `keep` accepts, grouped by their series label (with the mode in it when the
@@ -174,7 +191,7 @@ def _rows_by_series(
     return {label: grouped[label] for label in natural_sorted(grouped)}
 
 
-def _length_panel(ax: Axes, train_lengths: Iterable[int]) -> None:
+def length_panel(ax: Axes, train_lengths: Iterable[int]) -> None:
     """An evaluation-length x-axis on log2, with a dotted line at each training length (what a
     reader compares the lengths with) and a grid."""
     for n in train_lengths:
@@ -184,8 +201,8 @@ def _length_panel(ax: Axes, train_lengths: Iterable[int]) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
-class _PerplexitySeries(NamedTuple):
-    """What a perplexity figure draws, gathered from its rows by `_perplexity_series`."""
+class PerplexitySeries(NamedTuple):
+    """What a perplexity figure draws, gathered from its rows by `perplexity_series`."""
 
     points: dict[str, list[tuple[int, float]]]  # label -> (length, ppl), by length
     ids: dict[str, tuple[str, str]]  # label -> series_id: the key of the report's styles
@@ -193,7 +210,7 @@ class _PerplexitySeries(NamedTuple):
     dropped: list[tuple[str, int]]  # (label, length) of the non-finite points
 
 
-def _perplexity_series(rows: list[dict], series_key: str) -> _PerplexitySeries:
+def perplexity_series(rows: list[dict], series_key: str) -> PerplexitySeries:
     """Each series' finite, positive perplexities (series in natural order), with the spread over
     seeds of rows merged over several seeds; non-finite points are listed, not plotted."""
     several_modes = len({r["mode"] for r in rows}) > 1
@@ -215,7 +232,7 @@ def _perplexity_series(rows: list[dict], series_key: str) -> _PerplexitySeries:
                     r.get("ratio_sd"),
                 )
     series = {label: sorted(series[label]) for label in natural_sorted(series)}
-    return _PerplexitySeries(series, ids, spread, dropped)
+    return PerplexitySeries(series, ids, spread, dropped)
 
 
 def _relative_to_training_length(
@@ -244,7 +261,7 @@ def _shape_yaxis(
 
 def _draw_perplexity_lines(
     axes: list[Axes],
-    found: _PerplexitySeries,
+    found: PerplexitySeries,
     shapes: dict[str, list[tuple[int, float]]],
     looks: dict[str, dict],
     hidden: dict[str, Hidden],
@@ -282,7 +299,7 @@ def ppl_figure(rows: list[dict], series_key: str, title: str, styles: dict | Non
     different levels compare by shape, and the legend goes beside or below the panels.
     `styles`: the report's (report_styles), so each series keeps its style across figures."""
     styles = styles or report_styles(rows, series_key)
-    found = _perplexity_series(rows, series_key)
+    found = perplexity_series(rows, series_key)
     series = found.points
     compare = len(series) > 1
     fig = new_figure(12.5 if compare else 6.4, 4.6 if compare else 4.2)
@@ -300,11 +317,11 @@ def ppl_figure(rows: list[dict], series_key: str, title: str, styles: dict | Non
     looks = {label: styles.get(found.ids[label]) or styles_for(series)[label] for label in series}
     handles, edges = _draw_perplexity_lines(axes, found, shapes, looks, hidden, hidden_shape)
     for a in axes:
-        _length_panel(a, train_lengths)
+        length_panel(a, train_lengths)
     if not series:
         no_data_note(ax, "no finite perplexity to plot")
     ax.set_ylabel("perplexity")
-    ax.set_title(title)
+    ax.set_title(figure_title("perplexity vs evaluation length", title, "perplexity"))
     cut = fit_limits(ax, values, edges[0], log)
     if compare:
         cut = fit_limits(axes[1], ratios, edges[1], shape_log) or cut
@@ -345,27 +362,120 @@ def log_binned(buckets: list[list], bins_per_octave: int = 6) -> tuple[list[floa
     return [2 ** ((b + 0.5) / bins_per_octave) for b in keys], [sums[b] / counts[b] for b in keys]
 
 
-def position_figure(
-    rows: list[dict], title: str, styles: dict | None = None, series_key: str = "scheme"
-) -> Figure:
-    """The figure of `plot_loss_vs_position` (callers close it): one line per row, labelled
-    "<scheme> L=<length>", in the report's style of its series (`styles`, keyed by
-    series_id(row, series_key)) when every series has one row here, else in styles of its own."""
-    curves: dict[str, list[tuple[float, float]]] = {}
-    keys: dict[str, Any] = {}
-    dropped: list[tuple[str, int]] = []
+# The loss by position is a moving average in log position: buckets of 4 positions over a few
+# hundred windows are noisy, and every row scores the same tokens at a position, so the raw
+# buckets draw one sawtooth in every line. The window is SMOOTH_OCTAVES wide, moved in steps
+# of 1/SMOOTH_STEPS octave.
+SMOOTH_OCTAVES = 1.0
+SMOOTH_STEPS = 4
+
+
+def log_smoothed(
+    buckets: list[list], octaves: float = SMOOTH_OCTAVES, steps: int = SMOOTH_STEPS
+) -> tuple[list[float], list[float]]:
+    """Token-weighted mean loss of the buckets within `octaves`/2 of points 1/`steps` octave
+    apart (a moving average in log2(position + 1)), each at its buckets' token-weighted
+    geometric mean position. A window holding the same buckets as the one before is left out,
+    and so is one holding a single bucket (the first positions: one noisy bucket each) but for
+    the first bucket (the token without context, a point of its own) and for buckets too
+    sparse to make two points otherwise. Buckets with a non-finite mean are left out."""
+    kept = [(math.log2(s + 1), m, c) for s, m, c in buckets if is_finite(m) and c]
+    if not kept:
+        return [], []
+    logs = np.array([k[0] for k in kept])
+    means = np.array([k[1] for k in kept])
+    counts = np.array([k[2] for k in kept], dtype=float)
+    windows: list[np.ndarray] = []
+    for k in range(math.floor(logs.min() * steps), math.ceil(logs.max() * steps) + 1):
+        inside = np.flatnonzero(np.abs(logs - k / steps) <= octaves / 2)
+        if inside.size and not (windows and np.array_equal(windows[-1], inside)):
+            windows.append(inside)
+    wide = [w for w in windows if w.size > 1 or w[0] == 0]  # one bucket: only the first
+    windows = wide if len(wide) >= 2 else windows
+    weights = [counts[w] / counts[w].sum() for w in windows]
+    xs = [float(2 ** (u @ logs[w])) for u, w in zip(weights, windows, strict=True)]
+    ys = [float(u @ means[w]) for u, w in zip(weights, windows, strict=True)]
+    return xs, ys
+
+
+def seed_band(row: dict) -> list[tuple[float, float, float]] | None:
+    """(position, mean, sd) over seeds of the smoothed loss by position, from the buckets of
+    each seed a row keeps (per_seed["loss_by_position"]: {seed: buckets}); None when it keeps
+    fewer than two (a merged row of seeds.py holds only their mean)."""
+    by_seed = (row.get("per_seed") or {}).get("loss_by_position")
+    if not isinstance(by_seed, dict) or len(by_seed) < 2:
+        return None
+    curves = []
+    for buckets in by_seed.values():
+        xs, ys = log_smoothed(buckets)
+        curves.append({round(x, 6): y for x, y in zip(xs, ys, strict=True)})
+    shared = sorted(set.intersection(*(set(c) for c in curves)))  # every seed has a value there
+    return [(x, *mean_sd([c[x] for c in curves])) for x in shared]
+
+
+class PositionCurves(NamedTuple):
+    """What a loss-by-position figure draws, gathered from its rows by `position_curves`."""
+
+    curves: dict[str, list[tuple[float, float]]]  # "<scheme> L=<length>" -> smoothed points
+    keys: dict[str, Any]  # label -> series_id: the key of the report's styles
+    rows: dict[str, dict]  # label -> its row
+    bands: dict[str, list[tuple[float, float, float]]]  # label -> (x, mean, sd) over seeds
+    unbanded: list[str]  # labels merged over seeds whose rows keep no per-seed buckets
+    dropped: list[tuple[str, int]]  # (scheme, length) of rows with a non-finite loss
+
+
+def position_curves(rows: list[dict], series_key: str = "scheme") -> PositionCurves:
+    """Each row's smoothed loss by position (log_smoothed), labelled "<scheme> L=<length>", in
+    natural order of (series, label), with its band over seeds where the row has one."""
+    found = PositionCurves({}, {}, {}, {}, [], [])
     for r in rows:
         if r["status"] not in ("ok", NONFINITE) or not r.get("loss_by_position"):
             continue
-        xs, ys = ([], []) if is_nonfinite(r, "loss") else log_binned(r["loss_by_position"])
+        xs, ys = ([], []) if is_nonfinite(r, "loss") else log_smoothed(r["loss_by_position"])
         if not xs:
-            dropped.append((str(r["scheme"]), r["length"]))
+            found.dropped.append((str(r["scheme"]), r["length"]))
             continue
         label = f"{r['scheme']} L={r['length']}"
-        curves[label] = list(zip(xs, ys, strict=True))
-        keys[label] = series_id(r, series_key)
-    order = natural_sorted(curves, key=lambda label: (*keys[label], label))
-    curves = {label: curves[label] for label in order}
+        found.curves[label] = list(zip(xs, ys, strict=True))
+        found.keys[label] = series_id(r, series_key)
+        found.rows[label] = r
+        band = seed_band(r)
+        if band:
+            found.bands[label] = band
+        elif int(r.get("n_seeds", 1) or 1) > 1:
+            found.unbanded.append(label)
+    order = natural_sorted(found.curves, key=lambda label: (*found.keys[label], label))
+    curves = {label: found.curves[label] for label in order}
+    return found._replace(curves=curves)
+
+
+def position_notes(found: PositionCurves) -> list[str | None]:
+    """The footnotes of a loss-by-position figure: how it is smoothed, its bands over seeds
+    (or why a row merged over seeds has none), and the rows left out."""
+    smoothing = (
+        f"lines: token-weighted moving average over {SMOOTH_OCTAVES:g} octave of position "
+        "(the raw buckets share one sawtooth: every row scores the same tokens at a position)"
+    )
+    band = "shaded: ± 1 sd over seeds of the smoothed loss" if found.bands else None
+    which = "these rows" if not found.bands else ", ".join(found.unbanded)
+    missing = (
+        f"no band over seeds for {which}: merged over seeds, a row keeps only the mean of its "
+        "seeds' loss by position, no per-seed buckets"
+        if found.unbanded
+        else None
+    )
+    return [smoothing, band, missing, dropped_text(found.dropped)]
+
+
+def position_figure(
+    rows: list[dict], title: str, styles: dict | None = None, series_key: str = "scheme"
+) -> Figure:
+    """The figure of `plot_loss_vs_position` (callers close it): one smoothed line per row
+    (`position_curves`), labelled "<scheme> L=<length>", with its ± sd band over seeds where the
+    row keeps per-seed buckets, in the report's style of its series (`styles`, keyed by
+    series_id(row, series_key)) when every series has one row here, else in styles of its own."""
+    found = position_curves(rows, series_key)
+    curves, keys = found.curves, dict(found.keys)
     if styles is None or len(set(keys.values())) < len(keys):  # one series, several lines
         styles, keys = styles_for(curves), {label: label for label in curves}
     losses = [y for pts in curves.values() for _, y in pts]
@@ -375,22 +485,44 @@ def position_figure(
     handles = []
     for label, pts in curves.items():
         style = styles.get(keys[label]) or style_for_index(len(handles))
-        marks = sparse_marks([x for x, _ in pts], log=True)
-        style = {**style, "markevery": marks, "markersize": 4, "lw": 1.3}
-        if label in hidden:
-            style = hidden_style(style) | {"markersize": 7}
-        (line,) = ax.plot(*zip(*pts, strict=True), label=coincide_label(label, hidden), **style)
-        handles.append(line)
+        handles.append(
+            position_line(ax, pts, style, coincide_label(label, hidden), label in hidden)
+        )
+        sd_band(ax, found.bands.get(label, []), style["color"])
+    position_axes(ax, rows)
+    if not curves:
+        no_data_note(ax, "no finite loss to plot")
+    ax.set_title(figure_title(POSITION_TITLE, title, "loss by position"))
+    labels = [h.get_label() for h in handles]
+    return finish_figure(fig, handles, labels, position_notes(found))
+
+
+POSITION_TITLE = "mean loss by position in the window (each row at its longest length)"
+
+
+def position_line(
+    ax: Axes, pts: list[tuple[float, float]], style: dict, label: str, hidden: bool
+) -> Line2D:
+    """One smoothed loss-by-position line, markers at about 12 positions spread in log x (a
+    line beneath a coinciding one in the hidden style)."""
+    marks = sparse_marks([x for x, _ in pts], log=True)
+    style = {**style, "markevery": marks, "markersize": 4, "lw": 1.3}
+    if hidden:
+        style = hidden_style(style) | {"markersize": 7}
+    (line,) = ax.plot(*zip(*pts, strict=True), label=label, **style)
+    return line
+
+
+def position_axes(ax: Axes, rows: list[dict], labels: bool = True) -> None:
+    """A loss-by-position panel's log2 position axis, the training lengths dotted, its grid
+    and (with `labels`) its axis labels."""
     for n in {r["train_length"] for r in rows}:
         ax.axvline(n, color="grey", ls=":", lw=1)
     length_xaxis(ax)
-    if not curves:
-        no_data_note(ax, "no finite loss to plot")
-    ax.set_xlabel("position in window (+1); dotted: training length")
-    ax.set_ylabel("mean loss (nats)")
-    ax.set_title(title)
+    if labels:
+        ax.set_xlabel("position in window (+1); dotted: training length")
+        ax.set_ylabel("mean loss (nats)")
     ax.grid(True, which="both", alpha=0.3)
-    return finish_figure(fig, handles, [h.get_label() for h in handles], [dropped_text(dropped)])
 
 
 def context_figure(rows: list[dict], series_key: str, styles: dict | None = None) -> Figure | None:
@@ -470,7 +602,7 @@ def _accuracy_panels(
     return panels, hidden, both
 
 
-def _draw_accuracy_lines(
+def draw_accuracy_lines(
     axes: list[Axes],
     series: dict[str, list[dict]],
     values: tuple[str, str],
@@ -503,6 +635,32 @@ def _draw_accuracy_lines(
     return handles, hidden, both
 
 
+def shortcut_lines(
+    panels: list[tuple[Axes, str]], rows: list[dict], several_tasks: bool
+) -> list[Line2D]:
+    """The best shortcut the rows state (`shortcut`, `shortcut_token`: the best of the task's
+    trivial predictors on the examples the models answered), mean over the rows at each length,
+    per task, on each (axes, value) of `panels`; returns one legend handle per task."""
+    handles = []
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        best: dict[int, list[dict]] = {}
+        for r in rows:
+            if r["mode"] == mode and r["status"] == "ok" and is_finite(r.get("shortcut")):
+                best.setdefault(r["length"], []).append(r)
+        if not best:
+            continue
+        lengths = sorted(best)
+        label = "best shortcut" + (f" ({mode})" if several_tasks else "")
+        for k, (ax, value) in enumerate(panels):
+            means = [
+                np.mean([r[value] for r in best[n] if is_finite(r.get(value))]) for n in lengths
+            ]
+            (line,) = ax.plot(lengths, means, color="black", ls="-.", lw=1, label=label)
+            if k == 0:
+                handles.append(line)
+    return handles
+
+
 def _accuracy_references(axes: list[Axes], rows: list[dict]) -> list[Line2D]:
     """What an accuracy is to be compared with: a uniform guess (chance, right panel) and the
     best shortcut the rows state (both panels), per task; returns their legend handles."""
@@ -511,20 +669,11 @@ def _accuracy_references(axes: list[Axes], rows: list[dict]) -> list[Line2D]:
     for mode, chance in chances.items():  # a uniform guess, per task
         label = "chance" if len(chances) == 1 else f"chance ({mode})"
         references.append(axes[1].axhline(chance, color="grey", ls="--", lw=1, label=label))
-    for mode in dict.fromkeys(r["mode"] for r in rows):  # the best stated shortcut, per length
-        best: dict[int, list[dict]] = {}
-        for r in rows:
-            if r["mode"] == mode and r["status"] == "ok" and is_finite(r.get("shortcut")):
-                best.setdefault(r["length"], []).append(r)
-        if best:
-            lengths = sorted(best)
-            label = "best shortcut" + ("" if len(chances) <= 1 else f" ({mode})")
-            for k, (ax, value) in enumerate(zip(axes, ("shortcut", "shortcut_token"), strict=True)):
-                means = [np.mean([r[value] for r in best[n]]) for n in lengths]
-                (line,) = ax.plot(lengths, means, color="black", ls="-.", lw=1, label=label)
-                if k == 0:
-                    references.append(line)
-    return references
+    panels = list(zip(axes, ("shortcut", "shortcut_token"), strict=True))
+    return references + shortcut_lines(panels, rows, len(chances) > 1)
+
+
+ACCURACY_TITLE = "accuracy (whole answer right) vs evaluation length"
 
 
 def accuracy_figure(
@@ -536,20 +685,20 @@ def accuracy_figure(
     styles = styles or report_styles(rows, series_key)
     fig = new_figure(12.5, 4.6)
     axes = list(fig.subplots(1, 2))
-    grouped = _rows_by_series(
+    grouped = rows_by_series(
         rows, series_key, lambda r: r["status"] == "ok" and is_finite(r.get("accuracy"))
     )
     series = {label: sorted(pts, key=lambda r: r["length"]) for label, pts in grouped.items()}
     values = ("accuracy", "token_accuracy")
-    handles, hidden, both = _draw_accuracy_lines(axes, series, values, series_key, styles)
+    handles, hidden, both = draw_accuracy_lines(axes, series, values, series_key, styles)
     for ax, what in zip(axes, ("whole answer right", "answer tokens right"), strict=True):
-        _length_panel(ax, {r["train_length"] for r in rows})
+        length_panel(ax, {r["train_length"] for r in rows})
         ax.set_ylim(-0.02, 1.02)
         ax.set_ylabel(f"accuracy ({what})")
         if not series:
             no_data_note(ax, "no accuracy to plot")
     references = _accuracy_references(axes, rows)
-    axes[0].set_title(title)
+    axes[0].set_title(figure_title(ACCURACY_TITLE, title, "accuracy"))
     axes[1].set_title("per answer token")
     notes = [
         coincide_note(side, {k: v for k, v in h.items() if k not in both})
@@ -617,7 +766,7 @@ def heatmap_figure(
     shows ("<task>: accuracy by <condition> and evaluation length", and "mean over N seeds" for
     rows merged over seeds); `title`, the report's, is kept as a first line when it is not the
     generic "...vs evaluation length" one. `styles` is accepted for symmetry (no lines here)."""
-    panels = _rows_by_series(
+    panels = rows_by_series(
         rows, series_key, lambda r: r["status"] == "ok" and bool(r.get("by_condition"))
     )
     if not panels:
@@ -761,9 +910,12 @@ def _draw_difference_row(
     window: tuple[float, float, float],
     text: str,
 ) -> bool:
-    """One scheme's difference at height `y`: its interval as a bar and its mean as a marker
-    (filled when the interval excludes 0), or an arrow at the panel's edge with `text` where the
-    mean or an end of the interval is off the scale. True when something was off the scale."""
+    """One scheme's difference at height `y`: its interval as a bar with a cap at each end and
+    its mean as a marker (filled when the interval excludes 0), or an arrow at the panel's edge
+    with `text` where the mean or an end of the interval is off the scale. The caps are drawn
+    whatever the interval's width: seeds that all gave one difference (width 0) show one cap
+    through the marker, never the bare marker of a one-seed row. True when something was off
+    the scale."""
     left, right, span = window
     colour = style["color"]
     if not left <= interval.mean <= right:  # the value itself is off the scale
@@ -774,6 +926,11 @@ def _draw_difference_row(
     if has_ci:
         low, high = max(interval.low, left), min(interval.high, right)
         ax.hlines(y, low, high, color=colour, lw=2)
+        ends = [
+            e for e, cut in ((low, low > interval.low), (high, high < interval.high)) if not cut
+        ]
+        # over the marker: a cap at the mean (width 0) crosses it, never hidden by its face
+        ax.vlines(ends, y - CAP, y + CAP, color=colour, lw=1.5, zorder=2.5)
         clipped = [
             e for e, cut in ((left, low > interval.low), (right, high < interval.high)) if cut
         ]
@@ -793,24 +950,31 @@ def _draw_difference_row(
     return off_scale
 
 
+# half the height of an interval's end caps, in rows
+CAP = 0.3
+
+
 def _draw_difference_panel(
-    ax: Axes, found: Any, j: int, ys: dict[str, int], looks: dict[str, dict]
+    ax: Axes, found: Any, j: int, places: list[tuple[float, str]], looks: dict[str, dict]
 ) -> bool:
-    """The panel of the length at index `j`: a row per scheme at height ys[scheme] in its style
-    (`looks`), the line at 0, titled by the length. True when a value was off the scale."""
-    at = {s: found.by_scheme[s][j] for s in ys if _usable(found.by_scheme[s][j])}
+    """The panel of the length at index `j`: each (height, scheme) of `places` a row in the
+    scheme's style (`looks`), the line at 0, titled by the length. True when a value was off the
+    scale. The x-range is that of every scheme at `j` (_difference_window)."""
+    at = {s: found.by_scheme[s][j] for s in found.by_scheme if _usable(found.by_scheme[s][j])}
     window = _difference_window(found, j, at)
     digits = 2 if found.metric == "ppl" else 3
     off_scale = False
-    for scheme, interval in at.items():
-        text = difference_text(interval, digits)
-        drawn = _draw_difference_row(ax, interval, ys[scheme], looks[scheme], window, text)
-        off_scale = drawn or off_scale
+    for y, scheme in places:
+        if scheme in at:
+            text = difference_text(at[scheme], digits)
+            drawn = _draw_difference_row(ax, at[scheme], y, looks[scheme], window, text)
+            off_scale = drawn or off_scale
     what = "perplexity" if found.metric == "ppl" else "accuracy"
     better = "(← better)" if found.lower_is_better else "(better →)"
     ax.axvline(0.0, color="grey", lw=1)
     ax.set_xlim(window[0], window[1])
-    ax.set_ylim(-0.7, len(ys) - 0.3)
+    # few enough ticks that labels such as −0.010 never touch on a 4-inch panel
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
     ax.grid(True, axis="x", alpha=0.3)
     n = found.lengths[j]
     factor = found.factors.get(n)
@@ -825,14 +989,57 @@ def _seeds_of(found: Any, scheme: str, columns: list[int]) -> Any:
     return next((i for i in shown + found.by_scheme[scheme] if _usable(i)), None)
 
 
+def difference_blocks(schemes: list[str]) -> list[tuple[str | None, list[str]]]:
+    """The rows of a difference figure as (heading, schemes) blocks, `schemes` best first: one
+    block without a heading for at most MOST_ROWS schemes; more, a block per family
+    (panel_groups) after a block of each family's best (its first)."""
+    if len(schemes) <= MOST_ROWS:
+        return [(None, schemes)]
+    groups = panel_groups(schemes)
+    best = sorted((members[0] for members in groups.values()), key=schemes.index)
+    return [(BEST_TITLE, best), *groups.items()]
+
+
+def _difference_places(
+    blocks: list[tuple[str | None, list[str]]],
+) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+    """Each block's heading and rows from the top down: ((height, scheme) of every row,
+    (height, heading) of every heading)."""
+    slots = sum(len(members) + (heading is not None) for heading, members in blocks)
+    places: list[tuple[float, str]] = []
+    headings: list[tuple[float, str]] = []
+    y = slots - 1
+    for heading, members in blocks:
+        if heading is not None:
+            headings.append((y, heading))
+            y -= 1
+        for scheme in members:
+            places.append((y, scheme))
+            y -= 1
+    return places, headings
+
+
+def difference_title(found: Any, title: str | None) -> str:
+    """What a difference figure draws, after the report's title when that says more."""
+    what = "perplexity" if found.metric == "ppl" else "accuracy (whole answer right)"
+    b = found.baseline
+    heading = (
+        f"difference to {b} in {what} (scheme − {b}): mean and 95% interval over seeds "
+        f"({found.mode})"
+    )
+    return figure_title(heading, title, "difference to")
+
+
 def difference_figure(found: Any, title: str, styles: dict | None = None) -> Figure | None:
     """Each scheme's difference to the baseline (a `DifferenceSet`) with its 95% interval, one
     row per scheme (so that every scheme is seen, however many there are), at the shortest and
     the longest length with a difference; best at the top, ordered by the longest length (rows
-    without it after the others). Filled: the interval excludes 0; open with a bar: it holds 0
-    (not distinguishable); open, no bar: a one-seed row (no interval); an arrow at a panel's
-    edge: a value (or an interval's end) off its scale. None when no scheme has a finite
-    difference."""
+    without it after the others); more than MOST_ROWS schemes in blocks by family after a
+    block of each family's best (difference_blocks). Filled: the interval excludes 0; open with
+    capped bar: it holds 0 (not distinguishable); open, no bar or cap: a one-seed row (no
+    interval); an arrow at a panel's edge: a value (or an interval's end) off its scale.
+    Titled by what is drawn (difference_title, `title` the report's). None when no scheme has
+    a finite difference."""
     have = [
         j
         for j in range(len(found.lengths))
@@ -845,24 +1052,50 @@ def difference_figure(found: Any, title: str, styles: dict | None = None) -> Fig
     styles = styles or {}
     fallback = styles_for(schemes)
     looks = {s: styles.get((s, found.mode)) or fallback[s] for s in schemes}
-    ys = {s: len(schemes) - 1 - i for i, s in enumerate(schemes)}
-    fig = new_figure(2.0 + 4.0 * len(columns), 1.4 + 0.3 * len(schemes))
+    places, headings = _difference_places(difference_blocks(schemes))
+    slots = len(places) + len(headings)
+    fig = new_figure(2.0 + 4.0 * len(columns), 1.4 + 0.3 * slots)
     axes = fig.subplots(1, len(columns), sharey=True, squeeze=False)[0]
     off_scale = False
     for ax, j in zip(axes, columns, strict=True):
-        off_scale = _draw_difference_panel(ax, found, j, ys, looks) or off_scale
-    axes[0].set_yticks(
-        [ys[s] for s in schemes],
-        [f"{s} ({pairing_text(_seeds_of(found, s, columns))})" for s in schemes],
-    )
-    fig.suptitle(title)
-    notes = [
+        off_scale = _draw_difference_panel(ax, found, j, places, looks) or off_scale
+        for y, _ in headings:  # a block's heading: a grey band across the panel
+            ax.axhspan(y - 0.5, y + 0.5, color="0.92", lw=0, zorder=0)
+        ax.set_ylim(-0.7, slots - 0.3)
+    _difference_ticks(axes[0], found, columns, places, headings)
+    fig.suptitle(difference_title(found, title))
+    return finish_figure(fig, notes=_difference_notes(off_scale, bool(headings)))
+
+
+def _difference_ticks(
+    ax: Axes,
+    found: Any,
+    columns: list[int],
+    places: list[tuple[float, str]],
+    headings: list[tuple[float, str]],
+) -> None:
+    """The row labels, "scheme (3 paired)", and the blocks' headings in bold."""
+    ticks = [(y, f"{s} ({pairing_text(_seeds_of(found, s, columns))})") for y, s in places]
+    ticks += headings
+    ax.set_yticks([y for y, _ in ticks], [text for _, text in ticks])
+    bold = {y for y, _ in headings}
+    for tick, (y, _) in zip(ax.get_yticklabels(), ticks, strict=True):
+        if y in bold:
+            tick.set_fontweight("bold")
+
+
+def _difference_notes(off_scale: bool, blocks: bool) -> list[str | None]:
+    return [
         "bar: 95% CI of the difference (paired: over the seeds both rows ran; unpaired: Welch's "
-        "from mean ± sd). Filled: the interval excludes 0; open with a bar: it holds 0 (not "
-        "distinguishable); open without a bar: one seed, no interval.",
+        "from mean ± sd), a cap at each end (one cap through the marker: every seed gave the "
+        "same difference). Filled: the interval excludes 0; open with caps: it holds 0 (not "
+        "distinguishable); open without caps: one seed, no interval.",
+        "rows in blocks by family (poslab/report/families.py); the first block: each family's "
+        "best at the longest length, repeated from its own block"
+        if blocks
+        else None,
         "an arrow at a panel's edge: a difference, or an end of its interval, off the scale; "
         "the values are written beside it."
         if off_scale
         else None,
     ]
-    return finish_figure(fig, notes=notes)

@@ -29,7 +29,12 @@ from poslab.report.figures import (
     ppl_figure,
     report_styles,
 )
-from poslab.report.tables import is_nonfinite, is_task, markdown, metric_name
+from poslab.report.multiples import (
+    family_accuracy_figure,
+    family_position_figure,
+    family_ppl_figure,
+)
+from poslab.report.tables import is_finite, is_nonfinite, is_task, markdown, metric_name
 from poslab.run.tracking import log_results
 
 CSV_FIELDS = [
@@ -185,24 +190,26 @@ def report_figures(
         position_rows = [r for r in rows if r["mode"] == rows[0]["mode"]]
     styles = report_styles([*rows, *(position_rows or [])], series_key)
     if is_task(rows):  # accuracy, the condition heatmap, and the answer tokens' perplexity
+        accuracy = family_accuracy_figure(rows, series_key, title, styles, baseline)
         yield (
             "accuracy_plot",
             f"{stem}_accuracy.png",
-            accuracy_figure(rows, series_key, title, styles),
+            accuracy or accuracy_figure(rows, series_key, title, styles),
         )
         heatmap = heatmap_figure(rows, series_key, title)
         if heatmap is not None:
             yield "heatmap", f"{stem}_heatmap.png", heatmap
         tasks = ", ".join(dict.fromkeys(r["task"] for r in rows if r.get("task")))
         answer_title = f"{tasks}: answer perplexity" if tasks else "answer perplexity"
-        yield "ppl_plot", f"{stem}_ppl.png", ppl_figure(rows, series_key, answer_title, styles)
+        yield "ppl_plot", f"{stem}_ppl.png", perplexity(rows, series_key, answer_title, styles)
     else:
-        yield "ppl_plot", f"{stem}_ppl.png", ppl_figure(rows, series_key, title, styles)
-        position_title = f"{title}: loss by position"
+        yield "ppl_plot", f"{stem}_ppl.png", perplexity(rows, series_key, title, styles, baseline)
+        position_rows = position_rows or []
+        positions = family_position_figure(position_rows, title, styles, series_key, baseline)
         yield (
             "position_plot",
             f"{stem}_loss_by_position.png",
-            position_figure(position_rows or [], position_title, styles, series_key),
+            positions or position_figure(position_rows, title, styles, series_key),
         )
         context = context_figure(rows, series_key, styles)
         if context is not None:  # rows that measured context use (eval.short_context)
@@ -214,14 +221,22 @@ def report_figures(
             (f for f in (difference_set(rows, baseline, m) for m in modes) if f.by_scheme),
             difference_set(rows, baseline, rows[0]["mode"]),
         )
-        what = "accuracy" if found.metric == "accuracy" else "perplexity"
-        fig = difference_figure(
-            found,
-            f"{title}\n{what} minus {baseline}'s: mean and 95% CI ({found.mode})",
-            styles,
-        )
+        fig = difference_figure(found, title, styles)  # titled by what it draws
         if fig is not None:
             yield "difference_plot", f"{stem}_differences.png", fig
+
+
+def perplexity(
+    rows: list[dict],
+    series_key: str,
+    title: str,
+    styles: dict | None = None,
+    baseline: str | None = None,
+) -> Figure:
+    """Perplexity against evaluation length: by family for more than MOST_ROWS series
+    (multiples.py), else on one panel with its shape beside it (figures.ppl_figure)."""
+    by_family = family_ppl_figure(rows, series_key, title, styles, baseline)
+    return by_family or ppl_figure(rows, series_key, title, styles)
 
 
 def longest_rows(rows: list[dict]) -> list[dict]:
@@ -284,6 +299,53 @@ def report_baseline(md: Path) -> str | None:
     return found.group(1) if found else None
 
 
+# beside a task's report: scripts/baselines.py's tables of every shortcut, one "## seed N" each
+SHORTCUTS = "shortcuts.md"
+SHORTCUT_ROW = re.compile(r"^\| (\d+) \| ([^|]+?) \| ([-\d.]+) \| ([-\d.]+) \|$", re.MULTILINE)
+
+
+def committed_shortcuts(path: Path) -> dict[int, dict]:
+    """The best shortcut at each length from the tables of `path` (scripts/baselines.py's
+    "| length | predictor | accuracy | token accuracy |", one "## ..." section per seed): in
+    each seed the best exact-match and the best token accuracy of the predictors other than
+    chance, then their means over the seeds, as the rows' `shortcut`, `shortcut_token`; {}
+    without the file (what docs/results.md states as the _best shortcut_ row)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    by_length: dict[int, list[tuple[float, float]]] = {}
+    for section in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
+        best: dict[int, tuple[float, float]] = {}
+        for length, name, exact, token in SHORTCUT_ROW.findall(section):
+            if name.strip() != "chance":
+                a, t = best.get(int(length), (0.0, 0.0))
+                best[int(length)] = (max(a, float(exact)), max(t, float(token)))
+        for length, values in best.items():
+            by_length.setdefault(length, []).append(values)
+    return {
+        n: {
+            "shortcut": sum(a for a, _ in seeds) / len(seeds),
+            "shortcut_token": sum(t for _, t in seeds) / len(seeds),
+            "shortcut_name": f"the best of {path.name}, mean over {len(seeds)} seed(s)",
+        }
+        for n, seeds in by_length.items()
+    }
+
+
+def with_committed_shortcuts(rows: list[dict], path: Path) -> list[dict]:
+    """`rows` with the best shortcut of `path` (committed_shortcuts) at their length where they
+    state none (rows written before the evaluation stored it, e.g. grid2d's), for the figures;
+    the report's files are not written."""
+    found = committed_shortcuts(path)
+    return [
+        {**r, **found[r["length"]]}
+        if r.get("length") in found and not is_finite(r.get("shortcut"))
+        else r
+        for r in rows
+    ]
+
+
 def replot_report(folder: Path, out: Path | None = None, stem: str = "comparison") -> dict:
     """Draw a written report's PNGs again from its {stem}.json with the current figure code, as
     write_reports draws them (compare.py's series key "scheme", the title of its {stem}.md, the
@@ -304,6 +366,7 @@ def replot_report(folder: Path, out: Path | None = None, stem: str = "comparison
         raise ConfigError(f"{folder / stem}.md has no '## title' first line to title the figures")
     out = out or folder
     make_folder(out)
+    rows = with_committed_shortcuts(rows, folder / SHORTCUTS)
     baseline = report_baseline(folder / f"{stem}.md")
     if baseline is not None and baseline not in {r["scheme"] for r in rows}:
         baseline = None  # a heading of another table: no difference figure
@@ -312,12 +375,12 @@ def replot_report(folder: Path, out: Path | None = None, stem: str = "comparison
 
 def plot_ppl_vs_length(rows: list[dict], path: Path, series_key: str, title: str) -> None:
     """Perplexity vs eval length (log-x), one line per scheme (or mode); see ppl_yaxis."""
-    save(ppl_figure(rows, series_key, title), path)
+    save(perplexity(rows, series_key, title), path)
 
 
 def plot_loss_vs_position(rows: list[dict], path: Path, title: str) -> None:
     """Mean loss by position in the window, one line per (scheme, length), log-x positions."""
-    save(position_figure(rows, title), path)
+    save(family_position_figure(rows, title) or position_figure(rows, title), path)
 
 
 def save(fig: Figure, path: Path) -> None:
