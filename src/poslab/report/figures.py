@@ -929,8 +929,7 @@ def _draw_difference_row(
         ends = [
             e for e, cut in ((low, low > interval.low), (high, high < interval.high)) if not cut
         ]
-        # over the marker: a cap at the mean (width 0) crosses it, never hidden by its face
-        ax.vlines(ends, y - CAP, y + CAP, color=colour, lw=1.5, zorder=2.5)
+        interval_caps(ax, ends, y, colour)
         clipped = [
             e for e, cut in ((left, low > interval.low), (right, high < interval.high)) if cut
         ]
@@ -952,6 +951,24 @@ def _draw_difference_row(
 
 # half the height of an interval's end caps, in rows
 CAP = 0.3
+
+
+def interval_caps(ax: Axes, ends: list[float], y: float, colour: Any) -> None:
+    """An "I" at each end of an interval: a bar across the row with a serif at its top and
+    bottom, drawn over the marker, so that an interval of width 0 (every seed gave the same
+    difference) still reads as an interval, even on the line at 0, never as a bare marker."""
+    ax.vlines(ends, y - CAP, y + CAP, color=colour, lw=1.5, zorder=2.5)
+    serifs = [(e, end) for e in ends for end in (y - CAP, y + CAP)]
+    if serifs:
+        ax.plot(
+            *zip(*serifs, strict=True),
+            ls="none",
+            marker="_",
+            ms=7,
+            mew=1.5,
+            color=colour,
+            zorder=2.5,
+        )
 
 
 def _draw_difference_panel(
