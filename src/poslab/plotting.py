@@ -394,7 +394,8 @@ def wrap(text: str, chars: int) -> str:
 
 
 def fit_text_width(text: Any, width_px: float, renderer: Any) -> None:
-    """Wrap a Text artist until it is at most `width_px` wide (it keeps its words whole)."""
+    """Wrap a Text artist until it is at most `width_px` wide (it keeps its words whole, and
+    its line breaks: a title's "report title\nwhat is drawn", one footnote per line)."""
     content = text.get_text()
     if not content:
         return
@@ -404,7 +405,7 @@ def fit_text_width(text: Any, width_px: float, renderer: Any) -> None:
             return
         longest = max(len(line) for line in content.split("\n"))
         chars = int(longest * width_px / box.width * 0.97)
-        new = wrap(content.replace("\n", " "), chars)
+        new = wrap(content, chars)  # each line on its own: the breaks say something
         if new == content:
             return
         content = new

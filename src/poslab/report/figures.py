@@ -698,7 +698,8 @@ def accuracy_figure(
         if not series:
             no_data_note(ax, "no accuracy to plot")
     references = _accuracy_references(axes, rows)
-    axes[0].set_title(figure_title(ACCURACY_TITLE, title, "accuracy"))
+    fig.suptitle(figure_title(ACCURACY_TITLE, title, "accuracy"))  # the width of both panels
+    axes[0].set_title("whole answer right")
     axes[1].set_title("per answer token")
     notes = [
         coincide_note(side, {k: v for k, v in h.items() if k not in both})
