@@ -31,8 +31,8 @@ FT="experiment=extrapolation_cpu trainer.precision=32-true logger=csv seed=$s"
 factors() { [ "$kind" = longrope ] && echo "$1.factors_file=$D/longrope_s$s/longrope_factors.json"; }
 export OMP_NUM_THREADS=1
 NP=$D/needle_rope_s$s
-NEV="eval.lengths=[64,128,256,512,1024]"
-NFT="experiment=tasks_needle_cpu data=needle seed=$s train.stop_at_accuracy=null"
+NEV="eval.lengths=[64,128,256,512,1024] eval.task_examples=50"   # as committed (the default is now 250)
+NFT="experiment=tasks_needle_cpu data=needle seed=$s train.stop_at_accuracy=null eval.task_examples=50"
 case $type in
   base) O=$D/base_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
     python eval.py run=$P $EV out_dir=$O wandb=false ;;
@@ -66,7 +66,7 @@ case $type in
     python eval.py run=$R eval.lengths=[128,256,512,1024,2048] eval.short_context=32 \
       eval.max_tokens=65536 eval.precision=32-true out_dir=$O wandb=false ;;
   nparent) grep -q '"status": "completed"' $NP/status.json 2>/dev/null && exit 0
-    python train.py experiment=tasks_needle_cpu data=needle pos=rope seed=$s \
+    python train.py experiment=tasks_needle_cpu data=needle pos=rope seed=$s eval.task_examples=50 \
       hydra.run.dir=$NP resume=auto ;;
   nbase) O=$D/nbase_s$s; [ -f $O/extrapolation/extrapolation.json ] && exit 0
     python eval.py run=$NP $NEV out_dir=$O wandb=false ;;
