@@ -674,6 +674,10 @@ def _accuracy_references(axes: list[Axes], rows: list[dict]) -> list[Line2D]:
 
 
 ACCURACY_TITLE = "accuracy (whole answer right) vs evaluation length"
+SHORTCUT_NOTE = (
+    "dash-dot: the best shortcut, a trivial predictor that reads only the prompt (the task's "
+    "stated shortcuts), scored on the examples the models answered"
+)
 
 
 def accuracy_figure(
@@ -709,6 +713,8 @@ def accuracy_figure(
         notes.append("shaded: ± 1 sd over seeds, clipped to [0, 1]")
     if series:
         handles += references
+    if any(h.get_label().startswith("best shortcut") for h in references):
+        notes.append(SHORTCUT_NOTE)
     return finish_figure(fig, handles, [h.get_label() for h in handles], notes)
 
 
