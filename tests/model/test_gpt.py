@@ -176,6 +176,8 @@ NAMED_ON_PURPOSE = {
     # the shape checks test the papers' claims about named schemes (ALiBi flat past L, rotary
     # rising)
     "poslab.report.compare",
+    # the family of each scheme (a table of names) that a figure of many rows is drawn by
+    "poslab.report.families",
     # the schemes that map to an HF architecture (learned -> GPT-2, rope -> GPT-NeoX)
     "poslab.hf.export",
     # an HF model's rotary module, where eval-time frequency kinds reach it

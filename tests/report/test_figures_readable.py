@@ -4,7 +4,11 @@ forces a log axis), accuracies near 0 and 1 whose ± sd would spill past [0, 1],
 larger than the mean, rows merged over seeds. From fig.canvas.draw() and the artists' window
 extents: every text on the canvas, two labelled ticks inside the data on each value axis, no two
 series alike, bands inside [0, 1] (accuracy) or above 0 (perplexity), coincidences named, legends
-in natural order, one style per scheme across a report's figures."""
+in natural order, one style per scheme across a report's figures. More than 8 rows (the 29 of
+extrapolation_cpu_all): small multiples by family on shared axes with the baseline in each panel
+and a panel of each family's best; titles that name their quantity; zero-width intervals drawn
+as intervals; the loss by position smoothed with its band over seeds; grid2d's committed best
+shortcut as its accuracy baseline."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from poslab.analysis.sinusoidal import sinusoidal_figure
 from poslab.analysis.t5_buckets import t5_buckets_figure
 from poslab.analysis.wavelength import wavelength_figure, wavelength_rows
 from poslab.positions.rope_theta import theta_figure
+from poslab.report.families import BEST_TITLE
 from poslab.report.figures import (
     accuracy_figure,
     heatmap_figure,
@@ -443,3 +448,347 @@ def test_theta_figure_holds_every_line(drawn):
     check_unique_styles(ax)
     lo, hi = ax.get_ylim()
     assert lo < -1250.0 and hi > 1353.0
+
+
+# ---------------------------------------------------------------- many rows: small multiples
+
+# the rows of docs/results/extrapolation_cpu_all (29 schemes), whose one-panel figures drew 23
+# lines between 125 and 165
+MANY = [
+    "alibi",
+    "cope",
+    "fire",
+    "kerple",
+    "learned",
+    "nope",
+    "rope",
+    "sandwich",
+    "sinusoidal",
+    "t5",
+    "xpos",
+    "rope randomized N=2048",
+    "alibi randomized N=2048",
+    "fox",
+    "nope, stick-breaking",
+    "p_rope",
+    "ssmax",
+    "hope",
+    "resonance",
+    "schedule rope/rope/rope/nope",
+    "schedule rope/rope/rope/nope, window 32/32/32/global",
+    "sinusoidal concatenated (64 of 256 dims)",
+    "dape",
+    "rope, elementwise gate",
+    "pope",
+    "rope, sinks",
+    "cable",
+    "grape",
+    "path_attn",
+]
+FAR_ABOVE = ("sinusoidal", "sinusoidal concatenated (64 of 256 dims)")  # 330-520, as committed
+
+
+def many_rows() -> list[dict]:
+    """Rows of the MANY schemes: perplexities 125-165 (the two sinusoidal rows 330-520), a
+    sawtooth loss by position, merged over 3 seeds."""
+    rows = []
+    for k, scheme in enumerate(MANY):
+        for i, n in enumerate(LENGTHS):
+            ppl = 125.0 + 1.3 * k + 0.8 * i * (k % 5)
+            if scheme in FAR_ABOVE:
+                ppl = 330.0 + 40.0 * i + 5.0 * FAR_ABOVE.index(scheme)
+            buckets = [[p, math.log(ppl) + 0.3 * (-1) ** (p // 4), 32] for p in range(0, n, 4)]
+            rows.append(
+                {
+                    "scheme": scheme,
+                    "mode": "nonoverlapping",
+                    "length": n,
+                    "train_length": TRAIN,
+                    "status": "ok",
+                    "loss": math.log(ppl),
+                    "ppl": ppl,
+                    "ppl_sd": 1.0,
+                    "n_seeds": 3,
+                    "loss_by_position": buckets,
+                }
+            )
+    return rows
+
+
+def panels_of(fig) -> list:
+    """The visible data panels of a figure (not an empty slot of the grid)."""
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+
+
+def names_in(ax) -> list[str]:
+    """The rows a panel draws, from its legend (the best panel's "family: " prefix cut)."""
+    names = []
+    for t in ax.get_legend().get_texts():
+        text = t.get_text().replace("\n", " ")
+        if text.startswith("best shortcut"):
+            continue
+        if ax.get_title() == BEST_TITLE and "(baseline)" not in text:
+            text = text.split(": ", 1)[1]
+        names.append(text)
+    return names
+
+
+def check_by_family(fig, labels: list[str], baseline: str, suffix: str = "") -> None:
+    """One panel per family drawing exactly its family's rows (`suffix` after each name) and
+    the baseline, sharing both axes with every other panel, and a last panel of each family's
+    best; every text on the canvas, no two lines of a panel alike."""
+    from poslab.report.families import panel_groups
+
+    check_on_canvas(fig)
+    groups = panel_groups([x for x in labels if x != baseline])
+    axes = panels_of(fig)
+    assert [ax.get_title() for ax in axes] == [*groups, BEST_TITLE]
+    for ax in axes:
+        check_unique_styles(ax)
+        assert ax.get_shared_x_axes().joined(ax, axes[0])
+        assert ax.get_shared_y_axes().joined(ax, axes[0])
+        assert len(series_of(ax)) <= 9  # at most MOST_ROWS rows and the baseline
+        assert [n for n in names_in(ax) if "(baseline)" in n] == [f"{baseline}{suffix} (baseline)"]
+    for ax, (family, members) in zip(axes, groups.items(), strict=False):
+        drawn = [n for n in names_in(ax) if "(baseline)" not in n]
+        assert len(drawn) == len(members), (family, drawn)
+        for member in members:  # the legend may add a note: "(did not learn at L)", "(≈ ...)"
+            assert any(n.startswith(member + suffix) for n in drawn), (member, drawn)
+    best = [t.get_text().replace("\n", " ") for t in axes[-1].get_legend().get_texts()]
+    for family in groups:
+        assert sum(b.startswith(f"{family}: ") for b in best) == 1, (family, best)
+
+
+def test_every_scheme_of_conf_pos_has_a_family_and_labels_find_theirs():
+    from pathlib import Path
+
+    from poslab.report.families import OTHER, family_of
+
+    conf = Path(__file__).resolve().parents[2] / "src" / "poslab" / "conf" / "pos"
+    schemes = sorted(p.stem for p in conf.glob("*.yaml") if not p.stem.startswith("_"))
+    assert len(schemes) > 20
+    assert [s for s in schemes if family_of(s) == OTHER] == []
+    expected = {
+        "rope [extrapolation_cpu_all]": "rotary",
+        "rope randomized N=512": "rotary",
+        "rope, elementwise gate": "rotary",
+        "nope, stick-breaking": "data-dependent",
+        "schedule rope/nope, window 16/global": "nope & schedules",
+        "learned (512-row table)": "absolute",
+        "sinusoidal concatenated (16 of 64 dims)": "absolute",
+        "rope + yarn s=auto +logn": "rope + interpolation",
+        "rope + selfextend G=4 w=L/4": "rope + remapping",
+        "rope + position_dtype=bf16": "rotary",
+        "nope (DroPE from rope at L=128), 50 steps": "nope & schedules",
+        "eval0_ntk": OTHER,
+    }
+    assert {label: family_of(label) for label in expected} == expected
+
+
+def test_a_perplexity_figure_of_many_rows_is_drawn_by_family(drawn):
+    rows = many_rows()
+    figures = dict((k, f) for k, _, f in report_figures(rows, "t", "scheme", "c", None, "rope"))
+    fig = drawn(figures["ppl_plot"])
+    check_by_family(fig, MANY, "rope")
+    axes = panels_of(fig)
+    # the far rows are named with their range, off the top of a scale that fits the others
+    lo, hi = axes[0].get_ylim()
+    assert hi < 200.0 and lo < 125.0
+    absolute = next(ax for ax in axes if ax.get_title() == "absolute")
+    for scheme in FAR_ABOVE:
+        assert any(n.startswith(f"{scheme} (above the scale: 3") for n in names_in(absolute))
+    title = fig._suptitle.get_text()
+    assert "perplexity" in title and "by family" in title
+    # learned, one point at 128 in the committed figure, is a line of its own family's panel
+    assert any(ln.get_label() == "learned" for ln in series_of(absolute))
+
+
+def test_few_rows_keep_the_one_panel_figure(drawn):
+    rows = [r for r in many_rows() if r["scheme"] in MANY[:8]]
+    figures = dict((k, f) for k, _, f in report_figures(rows, "t", "scheme", "c", None, "rope"))
+    fig = drawn(figures["ppl_plot"])
+    assert len(panels_of(fig)) == 2  # perplexity and its shape
+    assert len(series_of(fig.axes[0])) == 8
+
+
+def test_loss_by_position_of_many_rows_is_smoothed_and_drawn_by_family(drawn):
+    rows = longest_rows(many_rows())
+    figures = dict(
+        (k, f) for k, _, f in report_figures(many_rows(), "t", "scheme", "c", rows, "rope")
+    )
+    fig = drawn(figures["position_plot"])
+    check_by_family(fig, MANY, "rope", suffix=" L=1024")
+    for ax in panels_of(fig):
+        for line in series_of(ax):
+            xs, ys = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
+            # the buckets alternate ±0.3 every 4 positions (jumps of 0.6); smoothed, the line
+            # moves little where a window holds a few buckets, a twelfth of that past 32
+            assert np.abs(np.diff(ys[1:])).max() < 0.25, line.get_label()
+            assert np.abs(np.diff(ys[xs > 32])).max() < 0.05, line.get_label()
+    title = fig._suptitle.get_text()
+    assert "loss by position" in title and "perplexity" not in title
+    notes = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
+    assert "no band over seeds for these rows" in notes  # merged rows without per-seed buckets
+
+
+def test_loss_by_position_draws_a_band_over_seeds_where_rows_keep_them(drawn):
+    from poslab.report.figures import position_figure
+
+    rows = longest_rows(corpus_rows())[:3]
+    for r in rows:
+        r["per_seed"] = {
+            "loss_by_position": {
+                str(seed): [[p, m + 0.05 * seed, c] for p, m, c in r["loss_by_position"]]
+                for seed in (1, 2, 3)
+            }
+        }
+    fig = drawn(position_figure(rows, "learnable θ: fixed vs learned, 3 seeds"))
+    check_on_canvas(fig)
+    (ax,) = panels_of(fig)
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 3
+    for band in bands:  # ± 1 sd of 0, 0.05, 0.1 around the mean: 0.1 wide
+        ys = band.get_paths()[0].vertices[:, 1]
+        assert 0.09 < ys.max() - ys.min() < 2.0
+    assert "loss by position" in ax.get_title() and "learnable θ" in ax.get_title()
+
+
+def test_an_accuracy_figure_of_many_rows_is_drawn_by_family_with_the_shortcut(drawn):
+    rows = task_rows()
+    figures = dict((k, f) for k, _, f in report_figures(rows, "t", "scheme", "c", None, "rope"))
+    fig = drawn(figures["accuracy_plot"])
+    check_by_family(fig, SCHEMES, "rope")
+    for ax in panels_of(fig):
+        shortcut = [ln for ln in ax.get_lines() if ln.get_label() == "best shortcut"]
+        assert shortcut and list(shortcut[0].get_ydata()) == pytest.approx([0.05] * 5)
+        assert ax.get_ylim() == pytest.approx((-0.02, 1.02))
+    assert "accuracy" in fig._suptitle.get_text()
+
+
+def test_a_difference_figure_of_many_rows_is_in_blocks_by_family(drawn):
+    from poslab.report.differences import difference_set
+    from poslab.report.families import family_of
+    from poslab.report.figures import difference_figure
+
+    rows = many_rows()
+    fig = drawn(difference_figure(difference_set(rows, "rope", "nonoverlapping"), "t"))
+    check_on_canvas(fig)
+    short, longest = fig.axes
+    assert short.get_shared_y_axes().joined(short, longest)
+    ticks = sorted(
+        zip(short.get_yticks(), short.get_yticklabels(), strict=True), key=lambda t: -t[0]
+    )
+    headings = [t.get_text() for _, t in ticks if t.get_fontweight() == "bold"]
+    assert headings[0] == BEST_TITLE and len(headings) == 7  # best, then 6 families
+    block = None
+    for _, tick in ticks:
+        text = tick.get_text()
+        if tick.get_fontweight() == "bold":
+            block = text
+        elif block != BEST_TITLE:  # every row under its family's heading
+            assert block.startswith(family_of(text.rsplit(" (", 1)[0])), (block, text)
+    rows_shown = [t.get_text() for _, t in ticks if t.get_fontweight() != "bold"]
+    assert len(rows_shown) == len(MANY) - 1 + 6  # every scheme but rope, and each family's best
+
+
+def test_titles_say_what_is_drawn(drawn):
+    from poslab.report.differences import difference_set
+    from poslab.report.figures import difference_figure
+
+    rows = corpus_rows()[: 5 * 4]  # 4 schemes
+    found = difference_set(rows, "rope", "nonoverlapping")
+    generic = drawn(difference_figure(found, "perplexity vs evaluation length"))
+    title = generic._suptitle.get_text().replace("\n", " ")
+    assert title.startswith("difference to rope in perplexity (scheme − rope)")
+    assert "95% interval over seeds" in title and "perplexity vs evaluation length" not in title
+    specific = drawn(difference_figure(found, "Train at L=128, evaluate at 1x-16x"))
+    lines = specific._suptitle.get_text().split("\n")
+    assert lines[0].startswith("Train at L=128") and "difference to rope" in " ".join(lines[1:])
+    ppl = drawn(ppl_figure(rows, "scheme", "Train at L=128, evaluate at 1x-16x"))
+    assert "perplexity vs evaluation length" in ppl.axes[0].get_title().replace("\n", " ")
+    accuracy = drawn(accuracy_figure(task_rows()[:20], "scheme", "resolution extrapolation"))
+    lines = accuracy._suptitle.get_text().split("\n")
+    assert lines == [
+        "resolution extrapolation",
+        "accuracy (whole answer right) vs evaluation length",
+    ]
+
+
+def test_an_interval_of_zero_width_is_drawn_as_an_interval_not_as_one_seed(drawn):
+    """rope_scaling's eval-time kinds equal rope at L on every seed: [0, 0] over 3 paired seeds
+    was drawn as the open marker the key gives a one-seed row."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgba
+
+    from poslab.report.differences import DifferenceSet
+    from poslab.report.figures import difference_figure
+    from poslab.report.intervals import Interval
+
+    found = DifferenceSet(
+        "rope",
+        "nonoverlapping",
+        "ppl",
+        [128, 2048],
+        {
+            "same": [Interval(0.0, 0.0, 0.0, 3), Interval(1.0, -1.0, 3.0, 3)],
+            "lower": [Interval(-2.0, -2.0, -2.0, 3), Interval(-3.0, -4.0, -2.0, 3)],
+            "alone": [Interval(0.5, None, None, 1), Interval(2.0, None, None, 1)],
+        },
+        {128: 1.0, 2048: 16.0},
+        {128: 130.0, 2048: 150.0},
+    )
+    fig = drawn(difference_figure(found, "t"))
+    short = fig.axes[0]
+    y = {
+        t.get_text().split(" (")[0]: v
+        for v, t in zip(short.get_yticks(), short.get_yticklabels(), strict=True)
+    }
+    caps = [
+        seg
+        for c in short.collections
+        if isinstance(c, LineCollection)
+        for seg in c.get_segments()
+        if len(seg) == 2 and seg[0][0] == seg[1][0] and seg[0][1] != seg[1][1]  # vertical
+    ]
+
+    def capped(scheme: str) -> list[float]:
+        return [s[0][0] for s in caps if min(s[:, 1]) < y[scheme] < max(s[:, 1])]
+
+    assert capped("same") == [0.0, 0.0]  # both ends, at 0, visible through the marker
+    assert capped("lower") == [-2.0, -2.0]
+    assert capped("alone") == []  # one seed: no interval, the open marker alone
+    marks = {
+        round(ln.get_ydata()[0]): ln
+        for ln in short.get_lines()
+        if len(ln.get_ydata()) == 1
+        and ln.get_linestyle() == "None"
+        and ln.get_marker() not in ("_",)
+    }
+    lower = marks[round(y["lower"])]
+    assert to_rgba(lower.get_markerfacecolor()) == to_rgba(lower.get_color())  # excludes 0
+    assert "(3 paired)" in " ".join(t.get_text() for t in short.get_yticklabels())
+
+
+def test_the_grid_accuracy_baseline_is_its_committed_best_shortcut(drawn):
+    """docs/results/grid2d: its rows state no shortcut; the figure reads the committed tables
+    of shortcuts.md (what docs/results.md's best-shortcut row is) instead of chance at 0.125."""
+    import json
+    from pathlib import Path
+
+    from poslab.report.files import with_committed_shortcuts
+
+    folder = Path(__file__).resolve().parents[2] / "docs" / "results" / "grid2d"
+    rows = json.loads((folder / "comparison.json").read_text())
+    assert not any(r.get("shortcut") for r in rows)
+    rows = with_committed_shortcuts(rows, folder / "shortcuts.md")
+    fig = drawn(accuracy_figure(rows, "scheme", "resolution extrapolation"))
+    check_on_canvas(fig)
+    whole, token = fig.axes[:2]
+    best = {
+        ax: [ln for ln in ax.get_lines() if ln.get_label() == "best shortcut"]
+        for ax in (whole, token)
+    }
+    assert list(best[whole][0].get_xdata()) == [64, 256, 1024]
+    assert list(best[whole][0].get_ydata()) == pytest.approx([0.357, 0.39, 0.387], abs=1e-3)
+    assert list(best[token][0].get_ydata()) == pytest.approx([0.457, 0.474, 0.473], abs=1e-3)
+    assert "best shortcut" in legend_labels(fig)

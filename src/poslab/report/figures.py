@@ -1045,7 +1045,7 @@ def _difference_places(
 
 def difference_title(found: Any, title: str | None) -> str:
     """What a difference figure draws, after the report's title when that says more."""
-    what = "perplexity" if found.metric == "ppl" else "accuracy (whole answer right)"
+    what = "perplexity" if found.metric == "ppl" else "whole-answer accuracy"
     b = found.baseline
     heading = (
         f"difference to {b} in {what} (scheme − {b}): mean and 95% interval over seeds "
