@@ -9,9 +9,9 @@ import pytest
 
 from poslab.report.intervals import wilson_interval
 from poslab.report.learning import (
-    LEARNED,
-    NOT_LEARNED,
     UNCLEAR,
+    VERDICT_NO,
+    VERDICT_YES,
     effective_lengths,
     judged,
     seed_accuracies,
@@ -24,20 +24,26 @@ LINE = 0.9
 
 @pytest.mark.parametrize(
     ("accuracy", "verdict"),
-    [(0.908, UNCLEAR), (0.900, UNCLEAR), (0.99, LEARNED), (0.5, NOT_LEARNED), (0.86, NOT_LEARNED)],
+    [
+        (0.908, UNCLEAR),
+        (0.900, UNCLEAR),
+        (0.99, VERDICT_YES),
+        (0.5, VERDICT_NO),
+        (0.86, VERDICT_NO),
+    ],
 )
 def test_a_seeds_verdict_is_where_its_wilson_interval_lies_against_the_line(accuracy, verdict):
     seed = judged(accuracy, 250, LINE)
     assert seed.verdict == verdict
     assert (seed.low, seed.high) == wilson_interval(accuracy * 250, 250)
     # what each verdict means, in the bounds themselves
-    assert (seed.low >= LINE) == (verdict == LEARNED)
-    assert (seed.high < LINE) == (verdict == NOT_LEARNED)
+    assert (seed.low >= LINE) == (verdict == VERDICT_YES)
+    assert (seed.high < LINE) == (verdict == VERDICT_NO)
 
 
 def test_more_examples_settle_an_accuracy_just_above_the_line():
     assert judged(0.908, 250, LINE).verdict == UNCLEAR
-    assert judged(0.908, 20_000, LINE).verdict == LEARNED  # the interval narrows past the line
+    assert judged(0.908, 20_000, LINE).verdict == VERDICT_YES  # the interval narrows past the line
     assert judged(0.908, None, LINE).verdict is None  # no count: nothing to judge by
 
 
@@ -114,7 +120,7 @@ def test_a_one_seed_row_is_judged_by_its_own_accuracy_and_examples():
     (row,) = seed_rows([0.908])
     assert {k: v.verdict for k, v in seed_accuracies(row, LINE).items()} == {"": UNCLEAR}
     pooled_only = {**row, "examples": None, "examples_pooled": 20_000}
-    assert seed_accuracies(pooled_only, LINE)[""].verdict == LEARNED
+    assert seed_accuracies(pooled_only, LINE)[""].verdict == VERDICT_YES
     table = learning_table(seed_rows([0.99, 0.95]), "scheme")
     assert (
         "| kerple | yes | 0.990 [0.968, 0.997] ✓ | learned 1, unclear 0, not learned 0 of 1 |"

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from poslab.report.intervals import wilson_interval
 
-LEARNED, UNCLEAR, NOT_LEARNED = "learned", "unclear", "not learned"
+VERDICT_YES, UNCLEAR, VERDICT_NO = "learned", "unclear", "not learned"
 # a verdict's mark after a seed's accuracy, so that the seeds on the line stand out
-MARKS = {LEARNED: "✓", UNCLEAR: "?", NOT_LEARNED: "✗"}
+MARKS = {VERDICT_YES: "✓", UNCLEAR: "?", VERDICT_NO: "✗"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def judged(accuracy: float, examples: int | None, line: float) -> SeedAccuracy:
     if bounds is None:
         return SeedAccuracy(accuracy)
     low, high = bounds
-    verdict = LEARNED if low >= line else NOT_LEARNED if high < line else UNCLEAR
+    verdict = VERDICT_YES if low >= line else VERDICT_NO if high < line else UNCLEAR
     return SeedAccuracy(accuracy, low, high, verdict)
 
 
@@ -98,8 +98,8 @@ def effective_lengths(
         for n in lengths:
             found = seed_accuracies(by_length[n], line).get(seed)
             verdicts.append(found.verdict if found else None)
-        sure = _last_length_while(lengths, verdicts, {LEARNED})
-        possible = _last_length_while(lengths, verdicts, {LEARNED, UNCLEAR})
+        sure = _last_length_while(lengths, verdicts, {VERDICT_YES})
+        possible = _last_length_while(lengths, verdicts, {VERDICT_YES, UNCLEAR})
         out[seed] = (sure, possible)
     return out
 
@@ -119,7 +119,7 @@ def verdict_counts(at_l: dict[str, SeedAccuracy]) -> str:
     said = [a.verdict for a in at_l.values() if a.verdict]
     if not said:
         return "—"
-    counts = ", ".join(f"{v} {said.count(v)}" for v in (LEARNED, UNCLEAR, NOT_LEARNED))
+    counts = ", ".join(f"{v} {said.count(v)}" for v in (VERDICT_YES, UNCLEAR, VERDICT_NO))
     return f"{counts} of {len(said)}"
 
 
@@ -130,7 +130,7 @@ class LearningCells:
     accuracies: str  # each seed's accuracy at L with its interval and mark, "; "-separated
     verdicts: str  # "learned 2, unclear 1, not learned 0 of 3"
     spans: str  # each seed's effective length, "sure–possible" (one number where they agree)
-    every_seed_learned: bool | None  # by the lower bound; None: no verdict (no example count)
+    every_seed_sure: bool | None  # by the lower bound; None: no verdict (no example count)
 
 
 def learning_cells(rows: list[dict], line: float) -> LearningCells:
@@ -145,5 +145,5 @@ def learning_cells(rows: list[dict], line: float) -> LearningCells:
         for sure, possible in spans.values()
     )
     said = [a.verdict for a in at_l.values()]
-    every = None if not said or None in said else all(v == LEARNED for v in said)
+    every = None if not said or None in said else all(v == VERDICT_YES for v in said)
     return LearningCells(accuracies, verdict_counts(at_l), lengths or "—", every)

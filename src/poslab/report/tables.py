@@ -344,7 +344,7 @@ def learning_table(rows: list[dict], row_key: str) -> str:
     # ranked: every seed reached the line, and none is unclear or not learned by its interval
     # (a row without an example count has no verdict: None, ranked by its accuracy alone)
     surely = [k for k, r in first.items() if r.get("learned") is True]
-    surely = [k for k in surely if cells[k].every_seed_learned is not False]
+    surely = [k for k in surely if cells[k].every_seed_sure is not False]
     ranked = sorted(surely, key=lambda k: -first[k].get("effective_length", 0))
     rank, previous = {}, None
     for i, key in enumerate(ranked):  # ties share a rank
