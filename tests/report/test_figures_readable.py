@@ -792,3 +792,36 @@ def test_the_grid_accuracy_baseline_is_its_committed_best_shortcut(drawn):
     assert list(best[whole][0].get_ydata()) == pytest.approx([0.357, 0.39, 0.387], abs=1e-3)
     assert list(best[token][0].get_ydata()) == pytest.approx([0.457, 0.474, 0.473], abs=1e-3)
     assert "best shortcut" in legend_labels(fig)
+
+
+def test_rows_merged_over_seeds_keep_each_seeds_curve_at_the_longest_length(drawn):
+    from poslab.report.figures import position_figure, seed_band
+    from poslab.report.seeds import merge_seeds
+
+    one = [r for r in longest_rows(corpus_rows()) if r.get("loss_by_position")][0]
+    runs = []
+    for seed in (1, 2, 3):
+        shifted = [[p, m + 0.05 * seed, c] for p, m, c in one["loss_by_position"]]
+        short = {**one, "length": one["length"] // 2, "loss_by_position": shifted}
+        runs.append((seed, [short, {**one, "loss_by_position": shifted}]))
+    merged = {r["length"]: r for r in merge_seeds(runs, "rope")}
+    longest, shorter = merged[one["length"]], merged[one["length"] // 2]
+    assert set(longest["per_seed"]["loss_by_position"]) == {"1", "2", "3"}
+    assert "loss_by_position" not in shorter["per_seed"]  # only what the figure draws is kept
+    band = seed_band(longest)
+    assert band and all(0.04 < sd < 0.06 for _, _, sd in band)  # sd of +0.05, +0.10, +0.15
+    fig = drawn(position_figure([longest], "one row, 3 seeds"))
+    (ax,) = panels_of(fig)
+    assert [c for c in ax.collections if isinstance(c, PolyCollection)]
+
+
+def test_coarse_buckets_keep_every_token_and_the_weighted_mean():
+    from poslab.report.seeds import coarse_buckets
+
+    buckets = [[4 * i, 1.0 + 0.01 * i, 100 + i] for i in range(512)]
+    coarse = coarse_buckets(buckets)
+    assert 50 < len(coarse) < 100  # at most 12 per octave of 0..2047, from 512 buckets
+    assert sum(c for _, _, c in coarse) == sum(c for _, _, c in buckets)
+    total = sum(m * c for _, m, c in buckets)
+    assert sum(m * c for _, m, c in coarse) == pytest.approx(total)
+    assert [s for s, _, _ in coarse] == sorted(s for s, _, _ in coarse)

@@ -124,6 +124,32 @@ def per_seed_values(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, dict[str,
     return values
 
 
+def coarse_buckets(buckets: list[list], per_octave: int = 12) -> list[list]:
+    """Buckets [start, mean, count] merged (token-weighted) into `per_octave` groups per octave of
+    position: a band over seeds needs no finer grain, and a 2048-token row keeps ~130 buckets
+    instead of 512 per seed."""
+    groups: dict[int, list] = {}
+    for start, mean, count in buckets:
+        group = groups.setdefault(int(per_octave * math.log2(start + 1)), [start, 0.0, 0])
+        group[1] += mean * count if is_finite(mean) else math.nan
+        group[2] += count
+    return [
+        [start, total / count if count else math.nan, count]
+        for start, total, count in groups.values()
+    ]
+
+
+def seed_buckets(seeded: list[tuple[Any, dict]]) -> dict[str, dict]:
+    """{"loss_by_position": {seed: coarse buckets}} when two or more seeds kept their loss by
+    position (a figure's band over seeds), else {}."""
+    by_seed = {
+        str(s): coarse_buckets(r["loss_by_position"])
+        for s, r in seeded
+        if r.get("loss_by_position")
+    }
+    return {"loss_by_position": by_seed} if len(by_seed) >= 2 else {}
+
+
 def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
     """One row per (mode, length) for runs [(seed, rows), ...] of one configuration: status "ok"
     with `<metric>` the mean and `<metric>_sd` the spread when every seed's row is ok;
@@ -134,6 +160,9 @@ def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
             cells.setdefault((r["mode"], r["length"]), []).append((seed, r))
     ratios = seed_ratios(runs)
     kept = per_seed_values(runs)
+    longest: dict[str, int] = {}
+    for mode, length in cells:
+        longest[mode] = max(length, longest.get(mode, length))
     merged = []
     for key, seeded in cells.items():
         rows = [r for _, r in seeded]
@@ -158,6 +187,8 @@ def merge_seeds(runs: list[tuple[Any, list[dict]]], scheme: str) -> list[dict]:
                     row[bucketed] = buckets
             row["by_condition"] = mean_conditions(rows)
             row["per_seed"] = kept.get(key, {})
+            if key[1] == longest.get(key[0]):  # what the loss-by-position figure draws a band of
+                row["per_seed"] |= seed_buckets(seeded)
             if is_finite(rows[0].get("examples")):  # what an accuracy's interval counts
                 row["examples_pooled"] = sum(r.get("examples") or 0 for r in rows)
         else:
