@@ -128,3 +128,29 @@ def test_a_one_seed_row_is_judged_by_its_own_accuracy_and_examples():
     )
     # a merged row that kept no per-seed values cannot say which seed is which: no verdict
     assert seed_accuracies({**row, "n_seeds": 3}, LINE) == {}
+
+
+def test_a_table_without_a_learning_threshold_judges_each_row_on_its_pooled_examples():
+    from poslab.report.tables import task_tables
+
+    def row(scheme: str, accuracy: float) -> dict:
+        return {
+            "scheme": scheme,
+            "task": "passkey",
+            "mode": "passkey",
+            "status": "ok",
+            "length": 64,
+            "factor": 1.0,
+            "train_length": 64,
+            "accuracy": accuracy,
+            "token_accuracy": accuracy,
+            "ppl": 1.5,
+            "examples": 100,
+            "n_seeds": 3,
+        }
+
+    text = "\n".join(task_tables([row("a", 0.99), row("b", 0.91), row("c", 0.2)], "p", "scheme"))
+    assert "judged by the interval" in text
+    assert "| a | 3 | 0.990 [0.971, 0.997] ✓ | learned |" in text  # 297 of 300 pooled
+    assert "| b | 3 |" in text and "| unclear |" in text
+    assert "| c | 3 |" in text and "| not learned |" in text

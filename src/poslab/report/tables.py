@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from poslab.report.learning import learning_cells
+from poslab.report.learning import judged, learning_cells
 
 NONFINITE = "nonfinite"  # the cell of a diverged model (NaN or inf), never "—" (a skipped length)
 NO_DOCUMENT = "skipped: no document"  # the status of a length no document reaches (documents.py)
@@ -247,6 +247,8 @@ def task_tables(rows: list[dict], name: str, row_key: str) -> list[str]:
             "whose every seed is learned by the lower bound are ranked (by effective length).\n",
             learning_table(rows, row_key),
         ]
+    if threshold is None and any(is_finite(r.get("accuracy")) for r in rows):
+        parts += pooled_verdicts(rows, name, row_key)
     return [
         *parts,
         f"\n### accuracy: the whole answer right ({name})\n",
@@ -326,6 +328,29 @@ def baselines_note(rows: list[dict]) -> str:
             f"examples (here: {', '.join(names)})."
         )
     return note
+
+
+def pooled_verdicts(rows: list[dict], name: str, row_key: str, line: float = 0.9) -> list[str]:
+    """For rows that recorded no learning threshold (tables made before eval.learned_at was kept,
+    hence without per-seed accuracies): each row's accuracy at L judged by the Wilson interval
+    over its examples pooled over seeds, against the default line."""
+    at_l = [r for r in rows if r.get("factor") == 1.0 and r.get("status") == "ok"]
+    lines = [
+        f"\n### learned at L, judged by the interval ({name})\n",
+        f"This table recorded no learning threshold nor each seed's accuracy, so each row's "
+        f"accuracy at L (the mean over its seeds) is judged on the examples of all its seeds "
+        f"pooled, against {line:g}: learned (✓) when the 95% Wilson interval's lower bound "
+        f"is ≥ {line:g}, not learned (✗) when its upper bound is below, unclear (?) between. "
+        "Learned here says the seeds' mean is above the line, not that every seed is.\n",
+        f"| {row_key} | seeds | accuracy at L [95% Wilson, pooled] | verdict |",
+        "|---|---|---|---|",
+    ]
+    for r in at_l:
+        n = r.get("n_seeds", 1)
+        pooled = r.get("examples_pooled") or (r.get("examples") or 0) * n or None
+        seen = judged(r["accuracy"], int(pooled) if pooled else None, line)
+        lines.append(f"| {r[row_key]} | {n} | {seen.text()} | {seen.verdict or '—'} |")
+    return [*lines[:3], "\n".join(lines[3:])]
 
 
 def learning_table(rows: list[dict], row_key: str) -> str:
