@@ -565,9 +565,41 @@ def test_every_scheme_of_conf_pos_has_a_family_and_labels_find_theirs():
     from poslab.report.families import OTHER, family_of
 
     conf = Path(__file__).resolve().parents[2] / "src" / "poslab" / "conf" / "pos"
-    schemes = sorted(p.stem for p in conf.glob("*.yaml") if not p.stem.startswith("_"))
-    assert len(schemes) > 20
-    assert [s for s in schemes if family_of(s) == OTHER] == []
+    schemes = {p.stem for p in conf.glob("*.yaml") if not p.stem.startswith("_")}
+    # the schemes poslab ships; a scheme a user adds (one module, one YAML file, its docs row:
+    # tests/e2e/test_new_scheme.py) is drawn in the "other" panel until families.py names it
+    shipped = set(
+        [
+            "alibi",
+            "cable",
+            "cope",
+            "dape",
+            "fire",
+            "fox",
+            "grape",
+            "hope",
+            "kerple",
+            "learned",
+            "learned2d",
+            "mrope",
+            "nope",
+            "p_rope",
+            "path_attn",
+            "pope",
+            "resonance",
+            "rope",
+            "rope2d",
+            "sandwich",
+            "schedule",
+            "sinusoidal",
+            "ssmax",
+            "t5",
+            "xpos",
+        ]
+    )
+    assert shipped <= schemes
+    assert [s for s in sorted(shipped) if family_of(s) == OTHER] == []
+    assert all(isinstance(family_of(s), str) for s in schemes)
     expected = {
         "rope [extrapolation_cpu_all]": "rotary",
         "rope randomized N=512": "rotary",
