@@ -117,9 +117,10 @@ def t_interval(values: list[float], confidence: float = CONFIDENCE) -> Interval:
     mean = statistics.fmean(values)
     if n < 2:
         return Interval(mean, None, None, n)
-    se = statistics.stdev(values) / math.sqrt(n)
+    sd = statistics.stdev(values)
+    se = sd / math.sqrt(n)
     # the bounds as before the p-value was added (t × sd / √n, in that order: same floats)
-    half = t_quantile(0.5 + confidence / 2.0, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    half = t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n, se=se, df=n - 1)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from poslab.report.learning import judged, learning_cells
+from poslab.report.learning import examples_per_seed, judged, learning_cells
 
 NONFINITE = "nonfinite"  # the cell of a diverged model (NaN or inf), never "—" (a skipped length)
 NO_DOCUMENT = "skipped: no document"  # the status of a length no document reaches (documents.py)
@@ -347,8 +347,8 @@ def pooled_verdicts(rows: list[dict], name: str, row_key: str, line: float = 0.9
     ]
     for r in at_l:
         n = r.get("n_seeds", 1)
-        pooled = r.get("examples_pooled") or (r.get("examples") or 0) * n or None
-        seen = judged(r["accuracy"], int(pooled) if pooled else None, line)
+        per_seed = examples_per_seed(r)
+        seen = judged(r["accuracy"], per_seed * n if per_seed else None, line)
         lines.append(f"| {r[row_key]} | {n} | {seen.text()} | {seen.verdict or '—'} |")
     return [*lines[:3], "\n".join(lines[3:])]
 
