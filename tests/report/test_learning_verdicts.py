@@ -154,3 +154,15 @@ def test_a_table_without_a_learning_threshold_judges_each_row_on_its_pooled_exam
     assert "| a | 3 | 0.990 [0.971, 0.997] ✓ | learned |" in text  # 297 of 300 pooled
     assert "| b | 3 |" in text and "| unclear |" in text
     assert "| c | 3 |" in text and "| not learned |" in text
+
+
+def test_seeds_scored_on_different_example_counts_get_their_own_intervals():
+    # one seed scored again on 1,250 examples (eval.py eval.task_examples=250), one on 250
+    rows = merge_seeds(
+        [(1, seed_rows([0.105], seed_examples=1250)), (2, seed_rows([0.004], seed_examples=250))],
+        "cable",
+    )
+    found = seed_accuracies(rows[0], LINE)
+    for seed, accuracy, examples in (("1", 0.105, 1250), ("2", 0.004, 250)):
+        expected = wilson_interval(accuracy * examples, examples)
+        assert (found[seed].low, found[seed].high) == pytest.approx(expected)

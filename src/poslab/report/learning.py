@@ -77,8 +77,13 @@ def seed_accuracies(row: dict, line: float) -> dict[str, SeedAccuracy]:
     values = (row.get("per_seed") or {}).get("accuracy") or {}
     if not values and row.get("n_seeds", 1) == 1 and _finite(row.get("accuracy")):
         values = {"": row["accuracy"]}
+    counted = (row.get("per_seed") or {}).get("examples") or {}  # each seed's own count
     n = examples_per_seed(row)
-    return {seed: judged(a, n, line) for seed, a in values.items() if _finite(a)}
+    return {
+        seed: judged(a, int(counted.get(seed, n) or 0) or None, line)
+        for seed, a in values.items()
+        if _finite(a)
+    }
 
 
 def effective_lengths(

@@ -80,8 +80,17 @@ def seed_ratios(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, list[float]]:
     return {key: list(by_seed.values()) for key, by_seed in seed_ratios_by_seed(runs).items()}
 
 
-# the metrics kept seed by seed in a row's `per_seed` (what a paired comparison reads)
-PER_SEED = ("ppl", "loss", "accuracy", "token_accuracy", "context_gain", "key_token_share")
+# the metrics kept seed by seed in a row's `per_seed` (what a paired comparison reads), and
+# each seed's example count (what its accuracy's interval counts: seeds may score differently)
+PER_SEED = (
+    "ppl",
+    "loss",
+    "accuracy",
+    "token_accuracy",
+    "context_gain",
+    "key_token_share",
+    "examples",
+)
 
 
 def seed_ratios_by_seed(runs: list[tuple[Any, list[dict]]]) -> dict[tuple, dict[str, float]]:
