@@ -24,6 +24,7 @@ from poslab.model.attention import (
     causal_attention,
     decay_attention,
     flex_available,
+    sdpa,
 )
 from poslab.model.gpt import GPT, GPTConfig
 from poslab.model.linear_attention import Linear
@@ -101,6 +102,29 @@ def test_causal_attention_without_bias_matches_naive_reference():
     q, k, v = (torch.randn(2, 3, 10, 8) for _ in range(3))
     out = causal_attention(q, k, v, torch.arange(10))
     torch.testing.assert_close(out.double(), _naive_attention(q, k, v, None), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_cpu_bf16_training_attention_runs_in_fp32_and_matches_the_fp32_formula(with_bias):
+    """A bf16 call that needs gradients on a CPU runs SDPA in fp32 (faster there, and more
+    exact): its output is the fp32 formula rounded once to bf16, its gradients reach q, k, v."""
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 12, 8).bfloat16().requires_grad_() for _ in range(3))
+    bias = torch.randn(1, 3, 12, 12).masked_fill(torch.ones(12, 12).triu(1).bool(), -math.inf)
+    options = {"attn_mask": bias.bfloat16()} if with_bias else {"is_causal": True}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = sdpa(q, k, v, **options)
+    assert out.dtype == torch.bfloat16
+    with torch.no_grad():
+        ref = _naive_attention(q, k, v, bias[0].bfloat16() if with_bias else None)
+    # fp32 inside: one bf16 rounding of the output away from the exact answer, no more
+    assert (out.double() - ref).abs().max() <= 2**-8 * ref.abs().max()
+    out.float().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in (q, k, v))
+    # without gradients (evaluation) the bf16 kernel serves: same formula within bf16
+    with torch.no_grad():
+        plain = sdpa(q.detach(), k.detach(), v.detach(), **options)
+    torch.testing.assert_close(plain.double(), ref, atol=3e-2, rtol=0)
 
 
 def test_t5_bias_fn_reference_is_independent_of_scheme_internals():

@@ -149,7 +149,7 @@ def causal_attention(
     if bias is None and (bias_fn is not None or sinks is not None):
         bias = CausalBias(bias_fn, positions, q.shape[1], q.dtype, block_size, full_bias_bytes=0)
     if bias is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+        return sdpa(q, k, v, is_causal=True, dropout_p=dropout_p)
     seq_len = q.shape[-2]
     if bias.block_size < seq_len:
         # q, k, v arrive as transposed views; one copy here spares SDPA a copy of the growing
@@ -162,12 +162,25 @@ def causal_attention(
         keys, values = k[:, :, first:end], v[:, :, first:end]
         if sinks is not None:
             mask, keys, values = with_sink(mask, keys, values, sinks)
-        outputs.append(
-            F.scaled_dot_product_attention(
-                q[:, :, start:end], keys, values, attn_mask=mask, dropout_p=dropout_p
-            )
-        )
+        outputs.append(sdpa(q[:, :, start:end], keys, values, attn_mask=mask, dropout_p=dropout_p))
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> Tensor:
+    """`scaled_dot_product_attention`, run in fp32 where that is faster: a bf16 step that needs
+    gradients on a CPU. There torch's bf16 kernels (flash, and math with a bias) take 1.7-2.5x
+    the fp32 kernel's time forward + backward (B=32, H=4, T=128, D=64, one thread; measured on
+    a Xeon with AMX and an EPYC with avx512_bf16, docs/benchmarks.md), while forward alone the
+    bf16 kernel is faster, so evaluation keeps it. fp32 inside is also the more exact: a bias
+    already rounded to bf16 keeps its values, and the output is rounded to bf16 once."""
+    if not (q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.requires_grad):
+        return F.scaled_dot_product_attention(q, k, v, **options)
+    mask = options.get("attn_mask")
+    if mask is not None and mask.is_floating_point():
+        options["attn_mask"] = mask.float()
+    with torch.autocast(device_type="cpu", enabled=False):
+        out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **options)
+    return out.to(q.dtype)
 
 
 def with_sink(

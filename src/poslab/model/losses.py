@@ -51,12 +51,25 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss = torch.zeros((), dtype=acc, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight, dtype=acc) if needs_grad else None
+        # one buffer each for the chunk's logits (fp32 and compute dtype) and the weight
+        # gradient's chunk, reused by every chunk: a fresh 16 MB tensor per chunk costs more in
+        # page faults than the copy into it (a CPU's allocator hands such sizes back at free)
+        rows_max = min(chunk, hidden.shape[0])
+        logits_buffer = torch.empty(rows_max, w.shape[0], dtype=acc, device=hidden.device)
+        low_buffer = (
+            None if dtype == acc else logits_buffer.new_empty(logits_buffer.shape, dtype=dtype)
+        )
+        weight_buffer = None if dtype == acc or not needs_grad else torch.empty_like(w)
         for start in range(0, hidden.shape[0], chunk):
             h = hidden[start : start + chunk].to(dtype)
             t = targets[start : start + chunk]
             v = valid[start : start + chunk]
             safe_t = t.clamp(min=0)
-            logits = (h @ w.T).to(acc)
+            logits = logits_buffer[: len(t)]
+            if low_buffer is None:
+                torch.mm(h, w.T, out=logits)
+            else:
+                logits.copy_(torch.mm(h, w.T, out=low_buffer[: len(t)]))
             target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
             exps, total, lse = _exp_and_lse(logits)
             loss += ((lse - target_logit) * v).sum()
@@ -67,13 +80,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_logits = exps.mul_(row_weight[:, None] / total)
             rows = torch.arange(len(t), device=t.device)
             grad_logits[rows, safe_t] -= row_weight
-            g = grad_logits.to(dtype)
+            g = grad_logits if low_buffer is None else low_buffer[: len(t)].copy_(grad_logits)
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk] = (g @ w).to(hidden.dtype)
-            if dtype == acc:
+            if weight_buffer is None:
                 grad_weight.addmm_(g.T, h)
             else:
-                grad_weight += (g.T @ h).to(acc)
+                grad_weight += torch.mm(g.T, h, out=weight_buffer)
         if needs_grad:
             ctx.save_for_backward(
                 grad_hidden if grad_hidden is not None else torch.empty(0), grad_weight
