@@ -87,7 +87,39 @@ def scored_tokens(config: dict[str, Any], plan: dict[str, Any], trained: int) ->
     return min(split, int(cap)) if cap else split
 
 
-def job_cost(config: dict[str, Any], plan: dict[str, Any]) -> Cost:
+def evaluation_flops(config: dict[str, Any], ev: dict[str, Any], scored: int, vocab: int) -> float:
+    """Forward FLOPs of one evaluation `ev` (an eval: block) of the model `config` over `scored`
+    tokens per length: every mode at every length, and context use's short sliding pass."""
+    flops = 0.0
+    for length in eval_lengths_of({**config, "eval": ev}):
+        for mode in ev["modes"]:
+            # sliding windows overlap: each token is read length/stride times
+            stride = ev.get("stride") or max(1, length // 2)
+            passes = 1 if mode == "nonoverlapping" else length / stride
+            flops += scored * passes * forward_flops_per_token(config, length, vocab)
+    short = ev.get("short_context")
+    if short and "nonoverlapping" in ev["modes"]:  # one sliding pass at c, stride c/2
+        flops += scored * 2 * forward_flops_per_token(config, int(short), vocab)
+    return flops
+
+
+def with_overrides(ev: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """The eval: block `ev` with a study evaluation's `eval.key=value` overrides (YAML values);
+    other keys are not the plan's concern."""
+    import yaml
+
+    ev = dict(ev)
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key.startswith("eval.") and key.count(".") == 1:
+            ev[key.split(".", 1)[1]] = yaml.safe_load(value) if value else None
+    return ev
+
+
+def job_cost(
+    config: dict[str, Any], plan: dict[str, Any], evals: dict[str, list[str]] | None = None
+) -> Cost:
+    """The job's cost, its study's extra evaluations (`evals`: name -> overrides) included."""
     model, data, trainer = config["model"], config["data"], config["trainer"]
     vocab = vocab_of(config, plan)
     seq_len, d, layers = data["seq_len"], model["d_model"], model["n_layer"]
@@ -106,12 +138,11 @@ def job_cost(config: dict[str, Any], plan: dict[str, Any]) -> Cost:
     ev = config["eval"]
     if ev.get("after_train", True) and not data.get("task"):
         scored = scored_tokens(config, plan, tokens)
-        for length in eval_lengths_of(config):
-            for mode in ev["modes"]:
-                # sliding windows overlap: each token is read length/stride times
-                stride = ev.get("stride") or max(1, length // 2)
-                passes = 1 if mode == "nonoverlapping" else length / stride
-                eval_flops += scored * passes * forward_flops_per_token(config, length, vocab)
+        eval_flops = evaluation_flops(config, ev, scored, vocab)
+        for overrides in (evals or {}).values():
+            other = with_overrides(ev, overrides)
+            cap = scored_tokens({**config, "eval": other}, plan, tokens)
+            eval_flops += evaluation_flops(config, other, cap, vocab)
     params = matmul + 4 * layers * d  # the embedding is the head's matrix (tied); + norms
     return Cost(
         matmul_params=matmul,

@@ -36,6 +36,8 @@ from poslab.run.run_folder import RunLock
 from poslab.study.folders import (
     check_no_job_running,
     check_runs_match,
+    eval_folder,
+    evals_missing,
     job_status,
     progress_of,
     run_folder,
@@ -58,6 +60,25 @@ class Running:
     device: Any
     started: float
     log: Any
+    evaluation: str | None = None  # the study's evaluation this process runs; None: training
+
+
+def eval_command(
+    study: Study, evaluation: str, overrides: list[str], folder: Path, out: Path
+) -> list[str]:
+    """eval.py on a finished job's run folder, with the recipe's `evals.<evaluation>` overrides;
+    of the study's own overrides only those eval.py reads too (data_path)."""
+    given = [o for o in overrides if o.startswith("data.path=")]
+    data = [f"data_path={o.split('=', 1)[1]}" for o in given]
+    return [
+        sys.executable,
+        "-m",
+        "poslab.apps.evaluate",
+        f"run={folder}",
+        f"out_dir={out}",
+        *data,
+        *study.evals[evaluation],
+    ]
 
 
 def job_command(
@@ -179,7 +200,7 @@ class Driver:
         return [d for d in self.plan.devices for _ in range(self.plan.slots)]
 
     def _run(self) -> None:
-        queue = list(self.plan.order)
+        self.queue = queue = list(self.plan.order)
         for planned in self.plan.jobs:
             if planned.finished:
                 self.state.job(planned.job.name)["state"] = "completed"
@@ -206,7 +227,8 @@ class Driver:
                 self.running.remove(entry)
                 free.append(entry.device)
                 done += 1
-                self._finished(entry, code, done, total)
+                if self._finished(entry, code, done, total):
+                    done -= 1
             time.sleep(POLL_S)
 
     def _start(self, planned: PlannedJob, device: Any) -> None:
@@ -215,9 +237,22 @@ class Driver:
         folder.parent.mkdir(parents=True, exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
         log = open(self.out / "logs" / f"{name}.log", "a")  # noqa: SIM115 (closed when it ends)
-        command = job_command(
-            self.plan.study, planned.job.overrides, self.overrides, folder, self.launcher
-        )
+        trained = job_status(self.out, name).get("status") == "completed"
+        evaluation = None
+        if trained and (missing := evals_missing(self.out, self.plan.study, name)):
+            # training finished earlier (or just now): the study's next evaluation of it
+            evaluation = missing[0]
+            command = eval_command(
+                self.plan.study,
+                evaluation,
+                self.overrides,
+                folder,
+                eval_folder(self.out, evaluation, name),
+            )
+        else:
+            command = job_command(
+                self.plan.study, planned.job.overrides, self.overrides, folder, self.launcher
+            )
         env = dict(os.environ)
         if self.launcher == "local":
             slots = len(self._slots())
@@ -238,12 +273,15 @@ class Driver:
         )
         entry["invocations"] = entry.get("invocations", 0) + 1
         self.state.write()
-        self.running.append(Running(planned, process, device, time.monotonic(), log))
+        self.running.append(Running(planned, process, device, time.monotonic(), log, evaluation))
         where = f" on {device.label}" if device is not None else ""
-        resumed = " (resumed)" if planned.done_fraction > 0 else ""
-        print(f"started {name}{resumed}{where}", flush=True)
+        resumed = " (resumed)" if planned.done_fraction > 0 and not evaluation else ""
+        what = f" (evaluation {evaluation})" if evaluation else ""
+        print(f"started {name}{what}{resumed}{where}", flush=True)
 
-    def _finished(self, entry: Running, code: int, done: int, total: int) -> None:
+    def _finished(self, entry: Running, code: int, done: int, total: int) -> bool:
+        """Record a process that ended; True where the job was queued again (an evaluation
+        of the study follows its training or its last evaluation)."""
         entry.log.close()
         name = entry.planned.job.name
         status = job_status(self.out, name)
@@ -252,11 +290,31 @@ class Driver:
         state["wall_s"] = state.get("wall_s", 0.0) + wall
         state["returncode"] = code
         state.pop("pid", None)
-        if status.get("status") == "completed":
+        missing = evals_missing(self.out, self.plan.study, name)
+        evaluated = entry.evaluation is None or entry.evaluation not in missing
+        requeued = False
+        if status.get("status") == "completed" and evaluated and missing and not self.stop_reason:
+            # its next evaluation runs next, in the slot it frees (first in the queue)
+            state["state"] = "evaluating"
+            self.queue.insert(0, entry.planned)
+            requeued = True
+            what = "trained" if entry.evaluation is None else f"evaluation {entry.evaluation}"
+            line = f"{name}: {what} in {wall / 60:.1f} min; evaluation {missing[0]} next"
+        elif status.get("status") == "completed" and evaluated and not missing:
             state["state"] = "completed"
             loss = status.get("best_val_loss")
             said = f", best val loss {loss:.4f}" if isinstance(loss, float) else ""
             line = f"[{done}/{total}] {name} completed in {wall / 60:.1f} min{said}"
+        elif status.get("status") == "completed" and (evaluated or self.stop_reason):
+            state["state"] = "evaluating"
+            state["why"] = f"stopped by {self.stop_reason} before evaluation {missing[0]}"
+            line = f"[{done}/{total}] {name} has no result ({state['why']})"
+        elif status.get("status") == "completed":
+            state["state"] = "failed"
+            why = last_error_line(self.out / "logs" / f"{name}.log") or f"exit code {code}"
+            state["why"] = f"evaluation {entry.evaluation}: {why}"
+            log = f"{self.out}/logs/{name}.log"
+            line = f"[{done}/{total}] {name} has no result ({state['why']}); log: {log}"
         else:
             given = status.get("status")
             state["state"] = (
@@ -279,6 +337,7 @@ class Driver:
             line = f"[{done}/{total}] {name} has no result ({why}); log: {self.out}/logs/{name}.log"
         self.state.write()
         print(line, flush=True)
+        return requeued
 
     def _stop_running(self) -> None:
         """SIGTERM to every running job (each saves last.ckpt and exits), then wait."""
@@ -365,6 +424,14 @@ def build_parser() -> OneLineParser:
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        metavar="GLOB",
+        help="run only the jobs whose names match (shell pattern, repeatable), e.g. "
+        "--only '*-s1234-*': a chunk of a study too long for one sitting",
+    )
+    parser.add_argument(
         "--device",
         choices=("auto", "cuda", "cpu"),
         default="auto",
@@ -437,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
     study = load_study(args.recipe)
+    if args.only:
+        select_jobs(study, args.only)
     out = Path(args.out) if args.out else default_out(study)
     check_writable(out, "--out")
     check_same_study(out, study)
@@ -481,6 +550,20 @@ def main(argv: list[str] | None = None) -> int:
         return driver.run()
     finally:
         lock.release()
+
+
+def select_jobs(study: Study, patterns: list[str]) -> None:
+    """Keep the jobs whose names match one of the shell patterns (`--only`); none is an error."""
+    import fnmatch
+
+    kept = [j for j in study.jobs if any(fnmatch.fnmatchcase(j.name, p) for p in patterns)]
+    if not kept:
+        example = study.jobs[0].name
+        raise ConfigError(
+            f"--only {' '.join(patterns)} matches no job of {study.name}; job names look like "
+            f"{example} (scripts/study.py {study.name} --dry-run lists them)"
+        )
+    study.jobs = kept
 
 
 def _precision(study: Study, device: Any) -> str:

@@ -15,6 +15,20 @@ def run_folder(out: Path, name: str) -> Path:
     return out / "runs" / name
 
 
+def eval_folder(out: Path, evaluation: str, name: str) -> Path:
+    """Where the study's evaluation `evaluation` of job `name` writes (eval.py's out_dir)."""
+    return out / "evals" / evaluation / name
+
+
+def evals_missing(out: Path, study: Study, name: str) -> list[str]:
+    """The study's evaluations (recipe `evals:`) that job `name` has no result of yet."""
+    return [
+        e
+        for e in study.evals
+        if not (eval_folder(out, e, name) / "extrapolation" / "extrapolation.json").is_file()
+    ]
+
+
 def job_status(out: Path, name: str) -> dict[str, Any]:
     try:
         return json.loads((run_folder(out, name) / "status.json").read_text())
@@ -39,13 +53,14 @@ def checkpoint_step(folder: Path) -> int | None:
 
 
 def progress_of(out: Path, study: Study) -> dict[str, float]:
-    """Each job's done fraction: 1 for a completed run, its last checkpoint's share of the steps
-    for a cut-off one, 0 for none."""
+    """Each job's done fraction: 1 for a completed run with every evaluation of the study, 0.95
+    for one still without some, its last checkpoint's share of the steps for a cut-off one, 0
+    for none."""
     progress = {}
     for job in study.jobs:
         status = job_status(out, job.name)
         if status.get("status") == "completed":
-            progress[job.name] = 1.0
+            progress[job.name] = 0.95 if evals_missing(out, study, job.name) else 1.0
         elif step := checkpoint_step(run_folder(out, job.name)):
             progress[job.name] = min(0.99, step / job.config["trainer"]["max_steps"])
     return progress

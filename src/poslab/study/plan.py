@@ -112,7 +112,9 @@ def make_plan(
     jobs = []
     for job in study.jobs:
         done = progress.get(job.name, 0.0)
-        jobs.append(PlannedJob(job, job_cost(job.config, study.plan), done, done >= 1.0))
+        jobs.append(
+            PlannedJob(job, job_cost(job.config, study.plan, study.evals), done, done >= 1.0)
+        )
     on_gpu = devices[0].kind == "cuda"
     mfu = study.plan["mfu"] if on_gpu else study.plan["cpu_mfu"]
     slots = slots_per_device(jobs, devices[0], wanted_slots, len(devices))
@@ -180,6 +182,16 @@ def plan_text(plan: Plan, out: Any, launcher: str) -> str:
             f"estimate: {plan.minutes:.1f} min for {_si(total)}FLOP left, at an assumed MFU of "
             f"{plan.mfu:.2f} shared by a device's jobs, plus {study.plan['startup_s']:g} s of "
             "start-up per job"
+        )
+        hours = sum(
+            p.flops_left / (plan.rate * plan.mfu / plan.slots) + study.plan["startup_s"]
+            for p in plan.jobs
+            if not p.finished
+        )
+        per_device = plan.devices[0].cores // plan.slots if plan.devices[0].kind == "cpu" else 0
+        threads = f" of {per_device} thread{'s' if per_device != 1 else ''}" if per_device else ""
+        lines.append(
+            f"job-hours: {hours / 3600:.1f} (each job's time in its slot{threads}, summed)"
         )
     else:
         lines.append(f"launcher: {launcher} (one job of the cluster per study job)")

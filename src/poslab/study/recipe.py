@@ -17,7 +17,7 @@ from poslab.checks import check_schema, number
 from poslab.errors import ConfigError
 
 STUDIES = Path(__file__).resolve().parents[1] / "conf" / "study"
-TOP_KEYS = {"experiment", "grid", "jobs", "baseline", "reference", "plan"}
+TOP_KEYS = {"experiment", "grid", "extra", "jobs", "evals", "baseline", "reference", "plan"}
 PLAN_DEFAULTS: dict[str, Any] = {
     "mfu": 0.2,
     "cpu_mfu": 0.5,
@@ -62,6 +62,9 @@ class Study:
     baseline: str | None
     reference: dict[str, Any]
     plan: dict[str, Any]
+    # evaluations of every finished job besides its own: name -> eval.py overrides; each lands
+    # in <out>/evals/<name>/<job>/ and gets its own merged table, <out>/comparison-<name>/
+    evals: dict[str, list[str]] = field(default_factory=dict)
 
 
 def study_names() -> list[str]:
@@ -90,7 +93,8 @@ def load_study(recipe: str) -> Study:
     experiment = raw.get("experiment")
     if not isinstance(experiment, str) or not experiment:
         raise ConfigError(f"{path}: `experiment:` must name a conf/experiment/ recipe")
-    jobs = grid_jobs(raw.get("grid") or {}, path) + listed_jobs(raw.get("jobs") or {}, path)
+    jobs = grid_jobs(raw.get("grid") or {}, path, raw.get("extra") or {})
+    jobs += listed_jobs(raw.get("jobs") or {}, path)
     if not jobs:
         raise ConfigError(f"{path} lists no job; give a `grid:` or `jobs:`")
     names = [j.name for j in jobs]
@@ -106,6 +110,7 @@ def load_study(recipe: str) -> Study:
         raise ConfigError(f"{path}: `baseline:` must name a scheme (pos=) of the jobs, e.g. rope")
     plan = {**PLAN_DEFAULTS, **given_plan}
     check_schema({"plan": plan, "reference": reference}, PLAN_SCHEMA)
+    evals = _evals(raw.get("evals") or {}, path)
     return Study(
         name=path.stem,
         source=path,
@@ -114,7 +119,30 @@ def load_study(recipe: str) -> Study:
         baseline=baseline,
         reference=reference,
         plan=plan,
+        evals=evals,
     )
+
+
+def _evals(evals: Any, path: Path) -> dict[str, list[str]]:
+    """`evals:` checked: names that make folder names, lists of eval.py overrides."""
+    if not isinstance(evals, dict) or not all(
+        isinstance(v, list) and v and all(isinstance(o, str) and "=" in o for o in v)
+        for v in evals.values()
+    ):
+        raise ConfigError(
+            f"{path}: `evals:` maps names to lists of eval.py overrides, e.g. "
+            "test: [eval.split=test]"
+        )
+    for name, overrides in evals.items():
+        _checked_name(str(name), path)
+        bad = [
+            o for o in overrides if o.split("=", 1)[0].lstrip("+~") in ("run", "out_dir", "ckpt")
+        ]
+        if bad:
+            raise ConfigError(
+                f"{path}: evals.{name} sets {bad[0]}; the study sets run= and out_dir="
+            )
+    return {str(k): list(v) for k, v in evals.items()}
 
 
 def _only_known(path: Path, where: str, node: Any, known: set[str]) -> None:
@@ -137,8 +165,19 @@ def _value_text(value: Any) -> str:
     return str(value)
 
 
-def grid_jobs(grid: Any, path: Path) -> list[Job]:
-    """Every combination of the grid's values, named by its values (`seed` as s<seed>)."""
+def grid_jobs(grid: Any, path: Path, extra: Any = None) -> list[Job]:
+    """Every combination of the grid's values, named by its values (`seed` as s<seed>, a dotted
+    key by its last part: trainer.max_steps=300 as max_steps300). `extra` maps a grid value
+    (`pos=sinusoidal`) to overrides every job with that value also gets."""
+    extra = extra or {}
+    if not isinstance(extra, dict) or not all(
+        isinstance(v, list) and all(isinstance(o, str) and "=" in o for o in v)
+        for v in extra.values()
+    ):
+        raise ConfigError(
+            f"{path}: `extra:` maps a grid value to overrides, e.g. "
+            "pos=sinusoidal: [model.scale_embeddings=true]"
+        )
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise ConfigError(f"{path}: `grid:` maps options to non-empty lists, e.g. pos: [rope]")
     for key, values in grid.items():
@@ -153,11 +192,19 @@ def grid_jobs(grid: Any, path: Path) -> list[Job]:
     jobs = []
     for values in itertools.product(*(grid[k] for k in keys)):
         parts = [
-            f"s{v}" if k == "seed" else _value_text(v) if k == "pos" else f"{k}{_value_text(v)}"
+            f"s{v}"
+            if k == "seed"
+            else _value_text(v)
+            if k == "pos"
+            else f"{k.rsplit('.', 1)[-1]}{_value_text(v)}"
             for k, v in zip(keys, values, strict=True)
         ]
         overrides = [f"{k}={_value_text(v)}" for k, v in zip(keys, values, strict=True)]
+        overrides += [o for given in overrides for o in extra.get(given, [])]
         jobs.append(Job(_checked_name("-".join(parts), path), overrides))
+    unused = sorted(set(extra) - {o for job in jobs for o in job.overrides})
+    if unused:
+        raise ConfigError(f"{path}: extra.{unused[0]} matches no grid value (write key=value)")
     return jobs
 
 

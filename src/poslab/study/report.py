@@ -11,7 +11,7 @@ from typing import Any
 
 from poslab.errors import ConfigError
 from poslab.study.cost import job_cost
-from poslab.study.folders import checkpoint_step, job_status
+from poslab.study.folders import checkpoint_step, eval_folder, evals_missing, job_status
 from poslab.study.plan import Plan, PlannedJob
 
 RESULT = Path("extrapolation") / "extrapolation.json"
@@ -50,6 +50,8 @@ def write_report(
         why = _why_missing(run, status, entry)
         if why is None:
             finished.append(run)
+            if left := evals_missing(out, study, name):
+                missing.append((name, entry.get("why") or f"evaluation {left[0]} not run yet"))
         else:
             missing.append((name, why))
         rows.append(_job_row(plan, planned, run, status, entry, state.get("launcher")))
@@ -61,6 +63,19 @@ def write_report(
             section = missing_section(missing, len(plan.jobs), resume)
             with open(comparison / "comparison.md", "a") as f:
                 f.write(section + "\n")
+    for evaluation, overrides in study.evals.items():
+        evaluated = [
+            eval_folder(out, evaluation, r.name)
+            for r in finished
+            if evaluation not in evals_missing(out, study, r.name)
+        ]
+        if evaluated:
+            _compare(
+                evaluated,
+                out / f"comparison-{evaluation}",
+                f"{study.name} ({' '.join(overrides)})",
+                study.baseline,
+            )
     page = _study_page(plan, state, minutes, resume, rows)
     if missing:
         page.append(missing_section(missing, len(plan.jobs), resume))
@@ -153,12 +168,18 @@ def row_names(runs: list[Path]) -> dict[str, str]:
     return names if len(set(shown)) == len(shown) else {}
 
 
-def _compare(runs: list[Path], out: Path, name: str, baseline: str | None) -> str:
+def _compare(
+    runs: list[Path],
+    out: Path,
+    name: str,
+    baseline: str | None,
+    names: dict[str, str] | None = None,
+) -> str:
     """compare.py's table; without the baseline where its row has not finished (said)."""
     from poslab.report.compare import compare
 
     title = f"{name}: perplexity vs evaluation length"
-    names = row_names(runs)
+    names = row_names(runs) if names is None else names
     try:
         compare(runs, out, title=title, baseline=baseline, rename=names)
     except ConfigError as err:
