@@ -159,8 +159,21 @@ def text_row(plan: EvalPlan, mode: str, length: int, **fields: Any) -> dict:
         "vocab_size": model_vocab_size(plan.models[plan.lengths[0]]),
         "variant": plan.variant,
         "precision": plan.precision,
+        "provenance": row_provenance(plan),
         **fields,
     }
+
+
+def row_provenance(plan: EvalPlan) -> dict[str, Any]:
+    """What the row rests on (report/provenance.py): the trained run's vocabulary, corpus,
+    model, steps, tokens and precision, and the code that scores it."""
+    from poslab.report.provenance import provenance_of_config
+
+    model = plan.models[plan.lengths[0]]
+    params = sum(p.numel() for p in model.parameters())
+    return provenance_of_config(
+        plan.config, params, plan.config.get("trainer", {}).get("precision")
+    )
 
 
 def evaluate_documents(

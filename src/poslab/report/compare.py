@@ -14,6 +14,13 @@ from poslab.arguments import OneLineParser, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
 from poslab.report.differences import difference, difference_set, holm_table
 from poslab.report.intervals import Interval
+from poslab.report.provenance import (
+    check_one_vocabulary,
+    check_seeds_scored_alike,
+    merged_provenance,
+    provenance_of_run,
+    provenance_table,
+)
 from poslab.report.tables import fmt, is_finite, is_nonfinite, markdown
 
 # poslab.report.files and .seeds (matplotlib) are imported where they are used: the
@@ -45,6 +52,12 @@ def find_results(paths: list[str | Path]) -> list[Path]:
             found.append(p / RESULT)
         else:
             found += sorted(p.rglob(RESULT))
+    resolved = [f.resolve() for f in found]
+    twice = [f for f, r in zip(found, resolved, strict=True) if resolved.count(r) > 1]
+    if twice:
+        raise ConfigError(
+            f"{twice[0]} is given twice (it would count as two seeds); pass each run or folder once"
+        )
     return found
 
 
@@ -198,6 +211,9 @@ def _runs_and_rows(results: list[Path], for_report: bool) -> tuple[list[Path], l
     for path in results:
         rows = read_result(path, for_report)
         schemes_in_file = list(dict.fromkeys((r["scheme"], r.get("task")) for r in rows))
+        if len(schemes_in_file) == 1:  # one run: what it rests on, from its config if unrecorded
+            provenance = provenance_of_run(path.parent.parent, rows)
+            rows = [{**r, "provenance": r.get("provenance") or provenance} for r in rows]
         if len(schemes_in_file) > 1:
             # a table of several rows (a committed comparison.json): each row stands on its own,
             # labelled by the folder holding the table if a run of the same name is beside it
@@ -299,6 +315,7 @@ def _configurations(
     run of each row name (where its settings are read); and the seeds joined into each INTO.
     Each join made is taken out of `joins`: what is left names no row."""
     configurations: Configurations = {}
+    folders: dict[tuple[str, Any], list[Path]] = {}  # each configuration's runs, for the check
     run_of: dict[str, Path] = {}  # a configuration's first run: where its settings are read
     joined: dict[str, list[Any]] = {}  # INTO -> the seeds joined into it
     for i, (label, seed, rows) in enumerate(zip(labels, seeds, rows_of, strict=True)):
@@ -311,7 +328,13 @@ def _configurations(
                 name = joins.pop(name)
                 joined.setdefault(name, []).append(seed)
             configurations.setdefault((name, rows[0].get("task")), []).append((seed, rows))
+            folders.setdefault((name, rows[0].get("task")), []).append(runs[i])
             run_of.setdefault(name, runs[i])
+    for key, members in configurations.items():
+        check_seeds_scored_alike(
+            key[0],
+            [(seed, rows, run) for (seed, rows), run in zip(members, folders[key], strict=True)],
+        )
     return configurations, run_of, joined
 
 
@@ -349,7 +372,10 @@ def _merged_rows(configurations: Configurations) -> list[dict]:
     merged = []
     for (name, _), members in configurations.items():
         if len(members) > 1:
-            merged += merge_seeds(sorted(members, key=lambda m: (len(str(m[0])), str(m[0]))), name)
+            rows = merge_seeds(sorted(members, key=lambda m: (len(str(m[0])), str(m[0]))), name)
+            given = [r["provenance"] for _, rs in members for r in rs[:1] if r.get("provenance")]
+            provenance = merged_provenance(given) if given else None
+            merged += [{**r, "provenance": provenance} if provenance else r for r in rows]
             continue
         seed, rows = members[0]
         kept = per_seed_values([(seed, rows)]) if seed is not None else {}
@@ -953,6 +979,7 @@ def compare(
     only: list[str] | None = None,
     joins: list[str] | None = None,
     per_seed: list[str] | None = None,
+    mixed_vocabularies: bool = False,
 ) -> list[dict]:
     """Write comparison.{md,csv,json} and plots to `out`; returns the merged rows. With
     `baseline` (a row's scheme label) the report adds every other row's difference to it, with
@@ -971,6 +998,7 @@ def compare(
     if not rows:
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
     rows = chosen_rows(rows, rename or {}, only)
+    mixed_note = check_one_vocabulary(rows, mixed_vocabularies)
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     if baseline is not None and baseline not in schemes:
         raise ConfigError(
@@ -984,7 +1012,7 @@ def compare(
     # write_reports makes `out` (and removes it again if a write fails)
     if title is None:
         title = _default_title(rows)
-    text = _report_text(rows, title, baseline)
+    text = _report_text(rows, title, baseline) + mixed_note
     # loss by position: each scheme at its longest evaluated length, first mode only
     write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows), baseline)
     print(text, flush=True)
@@ -1024,7 +1052,7 @@ def _report_text(rows: list[dict], title: str, baseline: str | None) -> str:
     for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] not in task_modes):
         if mode != "nonoverlapping":
             text += mode_differences(rows, mode)
-    return text + settings_table(rows)
+    return text + settings_table(rows) + provenance_table(rows)
 
 
 def split_joins(pairs: list[str]) -> dict[str, str]:
@@ -1098,11 +1126,26 @@ def main(argv: list[str] | None = None) -> None:
         "between seeds by design, such as LongRoPE factors searched on each parent: runs "
         "that differ only in it merge into one row; repeatable",
     )
+    parser.add_argument(
+        "--mixed-vocabularies",
+        action="store_true",
+        help="allow rows of different word vocabularies (data.tokenizer_version) or corpora in "
+        "one table (refused by default: their perplexities are not comparable); the table "
+        "then says so",
+    )
     args = parser.parse_args(argv)
     for pair in args.rename:  # which "=" splits ROW from NAME is decided by the rows' labels
         if "=" not in pair.strip("="):
             parser.error(f"--rename {pair!r}: write ROW=NAME")
     out = args.out or default_out(args.paths)
     compare(
-        args.paths, out, args.title, args.baseline, args.rename, args.only, args.join, args.per_seed
+        args.paths,
+        out,
+        args.title,
+        args.baseline,
+        args.rename,
+        args.only,
+        args.join,
+        args.per_seed,
+        args.mixed_vocabularies,
     )

@@ -149,10 +149,15 @@ def write_reports(
         paths["md"]: text_file((text or markdown(rows, title, series_key)) + "\n"),
     }
     figures: list[Figure] = []  # closed at the end, whatever happens
+    from poslab.report.provenance import caption
+
+    below = caption(rows)  # what the numbers rest on, under every figure
 
     def plot(path: Path, fig: Figure) -> None:
         figures.append(fig)
-        files[path] = png_file(fig)
+        if below:
+            fig.text(0.01, -0.01, below, ha="left", va="top", fontsize=6.5, color="0.35")
+        files[path] = png_file(fig, tight=bool(below))
 
     try:
         del paths["position_plot"]  # back below if the report has one
@@ -404,9 +409,11 @@ def text_file(text: str) -> FileWriter:
     return write
 
 
-def png_file(fig: Figure) -> FileWriter:
-    # format= because a file object has no suffix to tell matplotlib
-    return lambda f: fig.savefig(f, dpi=120, format="png")
+def png_file(fig: Figure, tight: bool = False) -> FileWriter:
+    # format= because a file object has no suffix to tell matplotlib; `tight` takes in a
+    # caption drawn below the figure
+    box = {"bbox_inches": "tight"} if tight else {}
+    return lambda f: fig.savefig(f, dpi=120, format="png", **box)
 
 
 def temporary_path(path: Path) -> Path:
