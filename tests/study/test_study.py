@@ -408,3 +408,128 @@ def test_on_a_gpu_the_devices_are_found_and_the_matmul_rate_is_measured():
     rate = matmul_rate(chosen[0], "bf16-mixed")
     assert 1e12 < rate < 1e16  # between a small GPU and no GPU made yet
     assert matmul_rate(chosen[0], "32-true") < rate  # fp32 (tf32 aside) is the slower unit
+
+
+# ---------------------------------------------------------------------------------------------
+# paper_cpu: the budget axis, grid extras, the study's own evaluations, chunks
+
+
+def test_the_paper_cpu_dry_run_plans_sixty_jobs_and_their_cpu_hours(corpus, tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main(["paper_cpu", f"data.path={corpus}", "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "study paper_cpu: 60 jobs of experiment=paper_cpu (0 finished" in text
+    for scheme in ("sinusoidal", "rope", "t5", "alibi"):
+        for seed in (1234, 1, 2, 3, 4):
+            for steps in (300, 1000, 3000):
+                assert f"| {scheme}-s{seed}-max_steps{steps} | 128 |" in text
+    assert "job-hours: " in text and not out.exists()
+
+
+def test_every_paper_cpu_job_is_the_headline_recipe_at_its_budget():
+    from poslab.study.recipe import compose_jobs
+
+    study = load_study("paper_cpu")
+    compose_jobs(study, [])
+    assert study.evals == {"test": ["eval.split=test", "eval.short_context=null"]}
+    budgets = set()
+    for job in study.jobs:
+        config = job.config
+        assert config["data"]["tokenizer_version"] == 2 and config["data"]["seq_len"] == 128
+        assert config["trainer"]["precision"] == config["eval"]["precision"] == "bf16-mixed"
+        assert config["eval"]["modes"] == ["nonoverlapping", "sliding"]
+        assert config["eval"]["short_context"] == 32 and config["eval"]["split"] == "validation"
+        # the headline's sinusoid scales its embeddings; the other rows do not (as committed)
+        assert config["model"]["scale_embeddings"] is (config["pos_name"] == "sinusoidal")
+        budgets.add(job_cost(config, study.plan).train_tokens)
+    assert sorted(budgets) == [300 * 4096, 1000 * 4096, 3000 * 4096]  # 1.2M to 12.3M: 10x
+
+
+def test_the_plan_counts_the_studys_own_evaluations_and_context_use():
+    study = load_study("paper_cpu")
+    from poslab.study.recipe import compose_jobs
+
+    compose_jobs(study, [])
+    config = study.jobs[0].config
+    alone = job_cost(config, study.plan).eval_flops
+    with_test = job_cost(config, study.plan, study.evals).eval_flops
+    no_context = {**config, "eval": {**config["eval"], "short_context": None}}
+    assert job_cost(no_context, study.plan).eval_flops < alone  # context use has a cost
+    # the test split: the same lengths and modes without context use
+    assert with_test == pytest.approx(alone + job_cost(no_context, study.plan).eval_flops)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "expected"),
+    [
+        (
+            "experiment: quickstart\ngrid: {pos: [rope]}\nextra: {pos=alibi: [seed=2]}\n",
+            "extra.pos=alibi matches no grid value",
+        ),
+        ("experiment: quickstart\ngrid: {pos: [rope]}\nextra: [a]\n", "`extra:` maps a grid"),
+        ("experiment: quickstart\ngrid: {pos: [rope]}\nevals: {t: split}\n", "`evals:` maps names"),
+        (
+            "experiment: quickstart\ngrid: {pos: [rope]}\nevals: {t: [run=x]}\n",
+            "evals.t sets run=x; the study sets run= and out_dir=",
+        ),
+    ],
+)
+def test_bad_extras_and_evaluations_are_one_line(recipe, expected, corpus, tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(recipe)
+    with pytest.raises(SystemExit) as stop:
+        main([str(path), f"data.path={corpus}", "--out", str(tmp_path / "s"), "--dry-run"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+
+
+def test_only_selects_a_chunk_and_a_pattern_that_matches_nothing_is_one_line(
+    corpus, tmp_path, capsys
+):
+    args = ["paper_cpu", f"data.path={corpus}", "--out", str(tmp_path / "s"), "--dry-run"]
+    assert main([*args, "--only", "*-s1234-*", "--only", "rope-s1-max_steps300"]) == 0
+    text = capsys.readouterr().out
+    assert "study paper_cpu: 13 jobs" in text and "| rope-s1-max_steps300 |" in text
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--only", "nope-*"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--only nope-* matches no job of paper_cpu" in err[0]
+
+
+def test_a_study_evaluates_every_finished_job_again_and_merges_each_evaluation(corpus, tmp_path):
+    """Two tiny budgets of rope, each trained, then scored on the test split by eval.py in the
+    slot it freed; both comparisons written; the same command again has nothing to do."""
+    recipe = tmp_path / "budgets.yaml"
+    recipe.write_text(
+        "experiment: quickstart\n"
+        "grid: {pos: [rope], trainer.max_steps: [10, 20]}\n"
+        "extra: {trainer.max_steps=20: [optim.lr=0.002]}\n"
+        "evals: {test: [eval.split=test]}\n"
+        "plan: {vocab_size: 100, eval_tokens: 2000, startup_s: 5}\n"
+    )
+    out = tmp_path / "study"
+    done = subprocess.run(
+        study_cmd(recipe, corpus, out), cwd=tmp_path, capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rope-max_steps10: trained in" in done.stdout and "evaluation test next" in done.stdout
+    assert "started rope-max_steps10 (evaluation test)" in done.stdout
+    for job in ("rope-max_steps10", "rope-max_steps20"):
+        rows = json.loads(
+            (out / "evals" / "test" / job / "extrapolation" / "extrapolation.json").read_text()
+        )
+        assert {r["split"] for r in rows} == {"test"}
+        own = json.loads((out / "runs" / job / "extrapolation" / "extrapolation.json").read_text())
+        assert {r["split"] for r in own} == {"validation"}
+    log = (out / "logs" / "rope-max_steps20.log").read_text()
+    assert "optim.lr=0.002" in log  # the grid value's extra came with it
+    merged = (out / "comparison-test" / "comparison.md").read_text()
+    assert "test split" in merged and "max_steps=10" in merged and "max_steps=20" in merged
+    state = json.loads((out / "study.json").read_text())
+    assert {j["state"] for j in state["jobs"].values()} == {"completed"}
+    again = subprocess.run(
+        study_cmd(recipe, corpus, out), cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and "(2 finished, 0 to resume, 0 to start)" in again.stdout
