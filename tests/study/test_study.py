@@ -20,6 +20,8 @@ from poslab.study.driver import main
 from poslab.study.plan import PlannedJob, estimated_minutes
 from poslab.study.recipe import load_study
 
+RESULT = Path("extrapolation") / "extrapolation.json"
+
 TINY_JOB = [
     "model=tiny",
     "data.seq_len=16",
@@ -533,3 +535,21 @@ def test_a_study_evaluates_every_finished_job_again_and_merges_each_evaluation(c
         study_cmd(recipe, corpus, out), cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert again.returncode == 0 and "(2 finished, 0 to resume, 0 to start)" in again.stdout
+
+    # a chunk's results, committed without checkpoints, are read on their own: the budget axis
+    from poslab.report.budget import budget_report
+    from poslab.study.collect import collect
+
+    dest = tmp_path / "committed"
+    entries = collect(out, dest)
+    assert sorted(e["job"] for e in entries) == ["rope-max_steps10", "rope-max_steps20"]
+    assert collect(out, dest) == []  # a chunk adds, never rewrites
+    import shutil
+
+    shutil.rmtree(out)
+    rows = json.loads((dest / "evals" / "test" / "rope-max_steps10" / RESULT).read_text())
+    assert rows[0]["provenance"]["steps"] == 10 and rows[0]["provenance"]["vocabulary"] == 2
+    assert rows[0]["provenance"]["code"].startswith(("git ", "poslab "))
+    result = budget_report([dest / "evals" / "test"], tmp_path / "budget", "rope", "two budgets")
+    assert [r["steps"] for r in result["budgets"]] == [10, 20]
+    assert (tmp_path / "budget" / "budget.png").stat().st_size > 0

@@ -116,13 +116,20 @@ class StudyState:
             "launcher": launcher,
             "jobs": {j.name: {"overrides": j.overrides, "state": "pending"} for j in study.jobs},
         }
+        from poslab.report.provenance import code_version
+
+        # the code this invocation's jobs run (a study resumed later may run another: each job
+        # records its own too, in its rows' provenance)
+        self.data["code"] = code_version()
         if self.path.is_file():
             old = json.loads(self.path.read_text())
             for name, entry in old.get("jobs", {}).items():
-                if name in self.data["jobs"]:
-                    self.data["jobs"][name].update(
-                        {k: v for k, v in entry.items() if k in ("wall_s", "invocations")}
-                    )
+                if name not in self.data["jobs"]:  # another chunk's job (--only): kept as it was
+                    self.data["jobs"][name] = entry
+                    continue
+                self.data["jobs"][name].update(
+                    {k: v for k, v in entry.items() if k in ("wall_s", "invocations", "code")}
+                )
 
     def job(self, name: str) -> dict[str, Any]:
         return self.data["jobs"][name]
@@ -272,6 +279,7 @@ class Driver:
             device=getattr(device, "label", self.launcher),
         )
         entry["invocations"] = entry.get("invocations", 0) + 1
+        entry.setdefault("code", self.state.data["code"])  # where its training started
         self.state.write()
         self.running.append(Running(planned, process, device, time.monotonic(), log, evaluation))
         where = f" on {device.label}" if device is not None else ""
