@@ -160,3 +160,19 @@ def test_provenance_of_a_config_reads_the_vocabulary_and_tokens():
     assert provenance_of_config(older)["vocabulary"] == 1  # a missing key means version 1
     task = {**config, "data": {"task": "needle", "batch_size": 4, "seq_len": 64}}
     assert provenance_of_config(task)["vocabulary"] is None  # a generated task has no vocabulary
+
+
+def test_context_use_over_different_short_contexts_is_never_subtracted(tmp_path):
+    def measured(scheme, c, gain, seed):
+        rows = rows_of(scheme, [10.0, 11.0, 12.0], short_context=c)
+        for r in rows:
+            r.update(context_gain=gain, key_token_share=0.1, gain_threshold=2.0)
+        return write(tmp_path / f"{scheme}-{seed}", rows, seed)
+
+    for seed in (1, 2):
+        measured("rope", 8, 0.10 + seed / 100, seed)
+        measured("alibi", 16, 0.02 + seed / 100, seed)
+    compare(sorted(tmp_path.glob("*-*")), tmp_path / "out", baseline="rope")
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert "16 for alibi; 8 for rope: not comparable gains" in text
+    assert "difference to rope: mean gain from the long context" not in text

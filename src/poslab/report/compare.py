@@ -858,9 +858,12 @@ def context_differences(rows: list[dict], baseline: str) -> str:
         lines.append("|---" * (len(lengths) + 2) + "|")
         table: dict[str, list[Interval | None]] = {}  # each metric's table: a family of its own
         for scheme in dict.fromkeys(s for s, _ in cells if s != baseline):
+            # a gain over another short context is another quantity: never subtracted
             found = table[scheme] = [
                 difference(cells[scheme, n], cells[baseline, n], metric)
-                if (scheme, n) in cells and (baseline, n) in cells
+                if (scheme, n) in cells
+                and (baseline, n) in cells
+                and cells[scheme, n].get("short_context") == cells[baseline, n].get("short_context")
                 else None
                 for n in lengths
             ]

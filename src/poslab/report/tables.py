@@ -167,9 +167,18 @@ def markdown(rows: list[dict], title: str, row_key: str, brief: bool = False) ->
         ]
     used = [r for r in rows if "context_gain" in r]  # eval.short_context (context_use.py)
     if used:
-        short, threshold = used[0]["short_context"], used[0]["gain_threshold"]
+        shorts = list(dict.fromkeys(r["short_context"] for r in used))
+        threshold = used[0]["gain_threshold"]
+        over = f"a {shorts[0]}-token context"
+        if len(shorts) > 1:
+            named = [
+                f"{c} for "
+                + ", ".join(dict.fromkeys(r[row_key] for r in used if r["short_context"] == c))
+                for c in shorts
+            ]
+            over = f"each row's short context (c = {'; '.join(named)}: not comparable gains)"
         parts += [
-            f"\n### context use: mean gain over a {short}-token context (nats; nonoverlapping)\n",
+            f"\n### context use: mean gain over {over} (nats; nonoverlapping)\n",
             markdown_table(used, "context_gain", row_key),
             f"\n### key tokens: share gaining > {threshold:g} nats from the long context\n",
             markdown_table(used, "key_token_share", row_key),
