@@ -157,10 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     options, eval_options = parse(argv)
     import torch
 
-    from poslab.evaluation.run import checkpoint_of_run
     from poslab.hf.export import run_tokenizer
     from poslab.model.build import load_checkpoint, read_checkpoint
     from poslab.positions.rope_scaling import eval_overrides
+    from poslab.run.run_folder import checkpoint_of_run
 
     ckpt = Path(options["ckpt"]) if options["ckpt"] else checkpoint_of_run(options["run"])
     config = read_checkpoint(ckpt)["hyper_parameters"]["config"]

@@ -317,8 +317,8 @@ def export_and_check(
 
     from transformers import AutoModelForCausalLM
 
-    from poslab.evaluation.run import checkpoint_of_run
     from poslab.model.build import load_checkpoint
+    from poslab.run.run_folder import checkpoint_of_run
 
     if run.suffix == ".ckpt":
         ckpt = run
@@ -368,8 +368,7 @@ def run_tokenizer(ckpt: Path, config: dict[str, Any], data_path: str | None = No
     """The `tokenizers` tokenizer a corpus run trained with: the one its checkpoint recorded,
     never one retrained on a corpus that changed since; for a checkpoint older than the record,
     the corpus's (`data_path` where it moved), checked against the run's vocabulary."""
-    from poslab.data.cache import TokenCache
-    from poslab.evaluation.run import check_unrecorded_tokenizer
+    from poslab.data.cache import TokenCache, check_unrecorded_tokenizer
     from poslab.model.build import read_checkpoint
 
     record = read_checkpoint(ckpt).get("tokenizer")

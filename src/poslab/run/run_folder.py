@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from poslab.errors import NO_SPACE_ERRNOS, RunBusy
+from poslab.errors import NO_SPACE_ERRNOS, ConfigError, RunBusy
 
 try:  # POSIX; elsewhere runs go unlocked
     import fcntl
@@ -244,3 +244,12 @@ def forget_claim() -> None:
     """A new job starts (an in-process sweep runs several): it has taken no folder yet."""
     global _claimed
     _claimed = None
+
+
+def checkpoint_of_run(run: str | Path) -> Path:
+    """The best checkpoint of a training run folder (last.ckpt if there is no best)."""
+    folder = Path(run) / "checkpoints"
+    for name in ("best.ckpt", "last.ckpt"):
+        if (folder / name).is_file():
+            return folder / name
+    raise ConfigError(f"run={run} has no checkpoints/best.ckpt or last.ckpt; pass ckpt=PATH")
