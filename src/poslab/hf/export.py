@@ -27,6 +27,12 @@ EXPORTS = {"learned": "GPT-2", "rope": "GPT-NeoX"}
 EXACT_KERNELS = ("SDPA", "Blockwise", "Flex", "Auto")  # exact softmax attention
 
 
+V1_EXPORT = (
+    "a Hugging Face tokenizer cannot encode the text as its training did; export a run trained "
+    "with data.tokenizer_version=2 (the default)"
+)
+
+
 def export_problem(model: GPT, config: dict[str, Any]) -> str | None:
     """Why `model` has no exact HF architecture (None: it has)."""
     from poslab.positions.learned import LearnedPositions
@@ -352,15 +358,15 @@ def export_and_check(
     return out, architecture, gap
 
 
-def check_exportable_tokenizer(tokenizer: Any) -> None:
+def check_exportable_tokenizer(tokenizer: Any, consequence: str = V1_EXPORT) -> None:
     """A version-1 word vocabulary whose <eos> (or <unk>) shares its id with a word
-    (data/tokens.py TOKENIZER_VERSIONS) has no faithful HF tokenizer: one line."""
+    (data/tokens.py TOKENIZER_VERSIONS) has no faithful HF tokenizer, and no end of text a
+    generation can stop at (`consequence`, generate.py's): one line."""
     vocab = tokenizer.get_vocab()
     if len(set(vocab.values())) < len(vocab):  # two tokens at one id (read_tokenizer)
         raise ConfigError(
             "this run's word vocabulary is version 1 (data.tokenizer_version), whose <eos> "
-            "shares its id with a word: a Hugging Face tokenizer cannot encode the text as its "
-            "training did; export a run trained with data.tokenizer_version=2 (the default)"
+            f"shares its id with a word: {consequence}"
         )
 
 
