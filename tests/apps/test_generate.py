@@ -206,3 +206,15 @@ def test_a_version_1_run_is_refused_in_one_line(version_1_run, capsys):
     line = one_error_line(capsys, f"run={version_1_run}", "prompt=the cat", "max_new_tokens=4")
     assert "version 1 (data.tokenizer_version)" in line, line
     assert "data.tokenizer_version=2" in line and "generation" in line, line
+
+
+def test_why_there_is_no_key_value_cache_is_shown(trained_runs, capsys):
+    """dynamic_ntk reads the forward's length, so cached keys would go stale: generation
+    recomputes, and says why on stderr (it was logged where no handler showed it)."""
+    run = trained_runs["rope"][0]
+    capsys.readouterr()
+    main(
+        [f"run={run}", f"prompt={PROMPT}", "max_new_tokens=2", "eval.rope_scaling.kind=dynamic_ntk"]
+    )
+    err = capsys.readouterr().err
+    assert "note: no key/value cache: pos=Rotary treats a token by the forward's length" in err
