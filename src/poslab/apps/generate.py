@@ -241,7 +241,9 @@ def check_room(model: Any, prompt: int, new_tokens: int) -> None:
         ) from None
 
 
-def load(options: dict[str, Any], eval_options: dict[str, Any], device: Any) -> tuple:
+def load(
+    options: dict[str, Any], eval_options: dict[str, Any], device: Any
+) -> tuple[Any, dict[str, Any], Any, Path]:
     """(model on `device`, its config, its tokenizer (None: a task run), the checkpoint)."""
     from poslab.hf.export import check_exportable_tokenizer, run_tokenizer
     from poslab.model.build import load_checkpoint, read_checkpoint
