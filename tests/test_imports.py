@@ -21,6 +21,33 @@ def test_every_import_runs_down_or_across_a_floor():
     assert imports.upward_imports(imports.import_graph()) == []
 
 
+def test_no_forbidden_import():
+    """Issue #60: export reads a run, not an evaluation; tasks know no model."""
+    assert imports.forbidden_imports(imports.import_graph()) == []
+
+
+def test_the_check_finds_the_forbidden_imports(tmp_path):
+    """The two imports issue #60 removed, put back in a made-up package, are found (both run
+    down the floors, so the upward check alone passes them)."""
+    package = tmp_path / "poslab"
+    for folder in ("hf", "evaluation", "tasks", "model"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "evaluation" / "run.py").write_text("")
+    (package / "model" / "losses.py").write_text("IGNORE_INDEX = -100\n")
+    (package / "hf" / "export.py").write_text(
+        "def export():\n    from poslab.evaluation.run import checkpoint_of_run\n"
+    )
+    (package / "tasks" / "__init__.py").write_text("from poslab.model.losses import IGNORE_INDEX\n")
+    graph = imports.import_graph(tmp_path)
+    assert imports.upward_imports(graph) == []
+    assert imports.forbidden_imports(graph) == [
+        "poslab.hf.export imports poslab.evaluation.run",
+        "poslab.tasks imports poslab.model.losses",
+    ]
+
+
 def test_every_module_has_a_floor():
     for name in imports.import_graph():
         imports.floor_of(name)  # raises for a module no floor names

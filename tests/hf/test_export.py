@@ -4,9 +4,16 @@ from its folder, gives poslab's logits; every other model is one line and nothin
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 import torch
-from conftest import run_in_process
+from conftest import REPO, file_size_limit, run_in_process
 
 from poslab.data.cache import TokenCache
 from poslab.hf.export import export_hf, logit_gap
@@ -109,8 +116,11 @@ def test_learned_exports_as_gpt2_without_biases(tmp_path):
         ("task", [], "was trained on a generated task (data=passkey), whose tokens have no"),
         ("rope", ["--out", "{file}"], "is not an empty folder"),
         ("nowhere", [], "is not a run folder (no checkpoints/); pass a run folder or a .ckpt"),
+        # issue #60: a --data-path that is no folder, or that the run would not read
+        ("rope", ["--data-path", "/no/such/corpus"], "--data-path /no/such/corpus: no such"),
+        ("rope", ["--data-path", "{corpus}"], "this run recorded its tokenizer"),
     ],
-    ids=["task", "out-not-empty", "no-checkpoint"],
+    ids=["task", "out-not-empty", "no-checkpoint", "no-data-path", "unread-data-path"],
 )
 def test_a_model_that_does_not_export_is_one_line(
     case, trained_runs, corpus, tmp_path, monkeypatch, capfd, request
@@ -119,7 +129,7 @@ def test_a_model_that_does_not_export_is_one_line(
     run = trained_runs[scheme][0] if scheme in trained_runs else tmp_path / scheme
     run = request.getfixturevalue("task_run") if scheme == "task" else run
     out = tmp_path / "hf"
-    extra = [a.format(file=corpus / "train.txt") for a in extra]
+    extra = [a.format(file=corpus / "train.txt", corpus=corpus) for a in extra]
     args = [str(run), "--out", str(out), *extra]
     result = run_in_process("export_hf.py", args, tmp_path, monkeypatch, capfd)
     lines = result.stderr.strip().splitlines()
@@ -221,3 +231,85 @@ def test_the_exported_tokenizer_reads_a_text_with_unk_into_the_caches_ids(tmp_pa
     assert isinstance(theirs, PreTrainedTokenizerFast)
     text = (tmp_path / "valid.txt").read_text()
     assert theirs(text, add_special_tokens=False)["input_ids"] == ours
+
+
+def start_export(run: Path, out: Path) -> subprocess.Popen:
+    """scripts/export_hf.py as a process of its own."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(REPO / "scripts" / "export_hf.py"), str(run), "--out", str(out)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for_writing(export: subprocess.Popen, out: Path) -> None:
+    """Until the export has begun writing: its partial folder beside `out`, or `out` itself."""
+    deadline = time.monotonic() + 120
+    while not (out.exists() or list(out.parent.glob(f".{out.name}.*.partial"))):
+        assert export.poll() is None, export.communicate()
+        assert time.monotonic() < deadline, "the export did not start writing"
+        time.sleep(0.002)
+
+
+def test_a_killed_export_leaves_no_folder_that_looks_finished(trained_runs, tmp_path):
+    """SIGKILL while it writes: no --out (the export is renamed there only once checked);
+    the same command again exports, and removes what the killed one left."""
+    run, out = trained_runs["rope"][0], tmp_path / "hf"
+    export = start_export(run, out)
+    try:
+        wait_for_writing(export, out)
+        export.send_signal(signal.SIGKILL)
+        export.wait(timeout=60)
+    finally:
+        export.kill()
+    assert not out.exists(), sorted(p.name for p in out.iterdir())
+    again = start_export(run, out)
+    stdout, stderr = again.communicate(timeout=300)
+    assert again.returncode == 0, stderr[-2000:]
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    assert not list(tmp_path.glob(".hf.*.partial"))
+
+
+def test_a_second_export_to_the_same_out_is_refused_in_one_line(
+    trained_runs, tmp_path, monkeypatch, capfd
+):
+    """One export writes --out (stopped with SIGSTOP while it does); a second one to the same
+    --out is refused in one line naming the first's pid, and the first then finishes."""
+    run, out = trained_runs["rope"][0], tmp_path / "hf"
+    first = start_export(run, out)
+    try:
+        wait_for_writing(first, out)
+        first.send_signal(signal.SIGSTOP)
+        result = run_in_process(
+            "export_hf.py", [str(run), "--out", str(out)], tmp_path, monkeypatch, capfd
+        )
+        first.send_signal(signal.SIGCONT)
+        stdout, stderr = first.communicate(timeout=300)
+    finally:
+        first.kill()
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert f"is in use by another export (scripts/export_hf.py) (pid {first.pid})" in lines[0]
+    assert first.returncode == 0, stderr[-2000:]
+    assert (out / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("custom_code", [False, True], ids=["native", "custom-code"])
+def test_a_full_disk_is_one_line_and_leaves_nothing(
+    custom_code, trained_runs, tmp_path, monkeypatch, capfd
+):
+    """No room for the weights (a file-size limit: a real EFBIG, as a full disk's ENOSPC): one
+    line, exit 2, no --out and no partial folder (safetensors raised its own error type)."""
+    from poslab.model.build import load_checkpoint
+    from poslab.run.run_folder import checkpoint_of_run
+
+    run, out = trained_runs["rope"][0], tmp_path / "hf"
+    model, _ = load_checkpoint(checkpoint_of_run(run))
+    weights = sum(t.numel() * 4 for t in model.state_dict().values())
+    assert weights > 64 * 1024  # larger than the limit; the tokenizer and config are smaller
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    args = [str(run), "--out", str(out), *(["--custom-code"] if custom_code else [])]
+    with file_size_limit(64 * 1024):
+        result = run_in_process("export_hf.py", args, tmp_path, monkeypatch, capfd)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith("error: no room to write the export"), lines[0]
+    assert not out.exists() and not list(tmp_path.glob(".hf.*.partial"))

@@ -861,3 +861,38 @@ def test_dpe_with_every_group_one_is_plain_rotary_and_a_bad_split_is_one_line():
         build_scheme(
             "rope", 64, 4, scaling={"kind": "dpe", "train_length": 16, "groups": [1, 2, 4]}
         )
+
+
+@pytest.mark.parametrize("pairing,fraction", LAYOUTS)
+@pytest.mark.parametrize("temperature", [True, False])
+def test_string_equals_its_formula_with_the_factor_on_the_rotated_dims_only(
+    pairing, fraction, temperature
+):
+    """HKUNLP/STRING, transcribed (issue #60): near keys (m − n < S) plain, far keys with the
+    query S − W closer; the rotated dims' cos/sin times 0.1·ln 2 + 1 (as YaRN's temperature and
+    HF's partial rotary), the dims a fraction < 1 passes through left as trained."""
+    train_length, length, shift, local = 16, 40, 9, 3
+    scaling = {"kind": "string", "train_length": train_length, "shift": shift, "local": local}
+    scheme = build_scheme(
+        "rope",
+        64,
+        4,
+        pairing=pairing,
+        fraction=fraction,
+        scaling={**scaling, "temperature": temperature},
+    )
+    positions = torch.arange(length)
+    q, k = torch.randn(2, 1, 4, length, 16, generator=torch.Generator().manual_seed(5))
+    got = kernel_scores(scheme, positions, q, k)
+    m, n = torch.tril_indices(length, length)
+    qpos = torch.where(m - n < shift, m, m - (shift - local))
+    theta, r = scheme.frequencies(), scheme.rotary_dims
+    factor = 0.1 * math.log(2) + 1 if temperature else 1.0
+    qr, kr = (
+        rotate64(q[..., m, :], qpos, theta, pairing, r),
+        rotate64(k[..., n, :], n, theta, pairing, r),
+    )
+    rotated = (qr[..., :r] * kr[..., :r]).sum(-1) * factor**2
+    passed = (qr[..., r:] * kr[..., r:]).sum(-1)  # none at fraction = 1
+    expected = (rotated + passed) / math.sqrt(16)
+    torch.testing.assert_close(got[..., m, n].double(), expected, atol=2e-5, rtol=1e-5)

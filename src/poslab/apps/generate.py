@@ -6,32 +6,37 @@ key/value cache where the model allows one (GPT.cache_problem says why not: then
 recomputes the whole sequence, right for every scheme and quadratic in the length); `cache=false`
 leaves it out. A run on a generated task has no text tokenizer; its prompt is token ids
 (`prompt="3 17 5"`).
+
+stdout holds the text alone, <unk> shown as <unk>; stderr's `note:` lines say which prompt words
+became <unk>, why no cache, and why the generation stopped (<eos> or max_new_tokens). A run with
+a version-1 word vocabulary (its <eos> is also a word) is refused.
 """
 
 from __future__ import annotations
 
-import logging
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from poslab.errors import ConfigError, exit_on_config_error
 
-log = logging.getLogger(__name__)
 USAGE = """usage: python scripts/generate.py run=RUN prompt="TEXT" [key=value ...]
 
   run=DIR | ckpt=FILE     the training run (its best checkpoint) or a checkpoint file
   prompt=TEXT             the text to continue (a task run: token ids, space-separated)
   max_new_tokens=50       how many tokens to add
   temperature=0           0: greedy (the most likely token); above 0: sampling
-  top_k=null              sample among the k most likely tokens only
+  top_k=null              sample among the k most likely tokens only (temperature > 0)
   seed=0                  the sampling seed
   device=cpu              cpu, cuda, cuda:1, ...
   cache=true              a key/value cache where the model allows one (false: recompute)
   data_path=DIR           the corpus, if it moved (a checkpoint older than its tokenizer record)
   eval.*                  eval.py's options that change the model: eval.rope_scaling.*,
                           eval.logn_scaling, eval.pos_overrides.* (e.g.
-                          eval.rope_scaling.kind=yarn eval.rope_scaling.factor=4)
+                          eval.rope_scaling.kind=yarn eval.rope_scaling.factor=4; a kind
+                          that reads a factor needs a number: auto has no length to follow;
+                          a leading + as eval.py's +eval.pos_overrides.* is taken too)
 """
 DEFAULTS: dict[str, Any] = {
     "run": None,
@@ -59,6 +64,8 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         key, sep, text = arg.partition("=")
         if not sep:
             raise ConfigError(f"{arg!r}: arguments are key=value (e.g. prompt=The); see --help")
+        # eval.py's form of a key its config lacks (+eval.pos_overrides.x=...) means the same
+        key = key.removeprefix("+") if key.startswith("+eval.") else key
         value = text if key in ("prompt", "run", "ckpt", "data_path") else yaml.safe_load(text)
         path = key.split(".")
         if path[0] == "eval" and len(path) > 1 and path[1] in EVAL_MODEL_KEYS:
@@ -84,14 +91,64 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             raise ConfigError(f"{key}={value!r} must be an integer ≥ {low}")
     if not isinstance(options["cache"], bool):
         raise ConfigError(f"cache={options['cache']!r}; choose true or false")
-    temperature = options["temperature"]
+    check_sampling(options["temperature"], options["top_k"])
+    check_factor(eval_options)
+    return options, eval_options
+
+
+def check_sampling(temperature: Any, top_k: int | None) -> None:
+    """A temperature that is a finite number ≥ 0 (NaN or ∞ would reach torch.multinomial), and
+    no top_k that greedy decoding would ignore."""
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
         or temperature < 0
     ):
-        raise ConfigError(f"temperature={temperature!r} must be a number ≥ 0 (0: greedy)")
-    return options, eval_options
+        raise ConfigError(f"temperature={temperature!r} must be a finite number ≥ 0 (0: greedy)")
+    if top_k is not None and temperature == 0:
+        raise ConfigError(
+            f"top_k={top_k} does nothing at temperature=0 (greedy decoding takes the most likely "
+            "token); leave top_k out, or sample with a temperature > 0"
+        )
+
+
+def check_factor(eval_options: dict[str, Any]) -> None:
+    """eval.rope_scaling.factor=auto is L_eval / L_train in eval.py; a generation has no
+    evaluation length, and auto at the training length is 1: the kind would change nothing,
+    silently. A kind that reads a factor needs a number here."""
+    from poslab.positions.extensions import extension_defaults, extension_names
+
+    given = eval_options.get("rope_scaling")
+    kind = given.get("kind") if isinstance(given, dict) else None
+    if kind not in extension_names():
+        return  # none asked, or a kind that is no kind: eval_overrides says which there are
+    cls, defaults = extension_defaults(kind)
+    factor = given.get("factor", defaults.get("factor", "auto"))
+    if cls.uses_factor and not cls.auto_is_one and factor in ("auto", None):
+        raise ConfigError(
+            f"eval.rope_scaling.kind={kind} needs a number for eval.rope_scaling.factor here "
+            "(auto is the evaluated length over the trained one, and a generation has none: "
+            "it would be 1 and change nothing); e.g. eval.rope_scaling.factor=4"
+        )
+
+
+def checked_device(name: Any) -> Any:
+    """`device=` as a torch.device that exists here (eval.py's check of eval.device)."""
+    import torch
+
+    try:
+        device = torch.device(str(name))
+    except RuntimeError:
+        raise ConfigError(f"device={name!r} is not a device; choose cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} but no CUDA device is visible; use device=cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigError(f"device={name}: this machine has {count} CUDA devices (cuda:0 ..)")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device={name}: generate.py runs on cpu or cuda")
+    return device
 
 
 def generate(
@@ -148,6 +205,69 @@ def prompt_ids(text: str, tokenizer: Any, vocab: int, ckpt: Path) -> tuple[list[
     return ids, stop
 
 
+def unknown_words(text: str, tokenizer: Any) -> list[str]:
+    """The words of `text` the run's vocabulary lacks (each became <unk>)."""
+    from poslab.data.tokens import UNK
+
+    unk = tokenizer.token_to_id(UNK)
+    encoding = tokenizer.encode(text)
+    return [text[a:b] for i, (a, b) in zip(encoding.ids, encoding.offsets, strict=True) if i == unk]
+
+
+def decoded(tokenizer: Any, ids: list[int], stop: int | None) -> str:
+    """The text of generated `ids`: <unk> shown as <unk> (as HF's tokenizer of the export shows
+    it; a plain decode drops special tokens), the <eos> that ended it left out."""
+    if ids and stop is not None and ids[-1] == stop:
+        ids = ids[:-1]
+    return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def note(line: str) -> None:
+    """A line beside the text (stdout holds the text alone)."""
+    print(f"note: {line}", file=sys.stderr, flush=True)
+
+
+def check_room(model: Any, prompt: int, new_tokens: int) -> None:
+    """Every position the generation feeds (the last new token is not fed: prompt + new - 2)
+    within what the scheme represents (a learned table's rows), checked before generating."""
+    try:
+        model.pos.check_length(prompt + new_tokens - 2)
+    except ConfigError as err:
+        # generate takes eval.py's +eval.pos_overrides.x=... without the +
+        advice = str(err).replace("+eval.pos_overrides", "eval.pos_overrides")
+        raise ConfigError(
+            f"the prompt's {prompt} tokens and max_new_tokens={new_tokens}: {advice}; or ask "
+            "for fewer new tokens"
+        ) from None
+
+
+def load(
+    options: dict[str, Any], eval_options: dict[str, Any], device: Any
+) -> tuple[Any, dict[str, Any], Any, Path]:
+    """(model on `device`, its config, its tokenizer (None: a task run), the checkpoint)."""
+    from poslab.hf.export import check_exportable_tokenizer, run_tokenizer
+    from poslab.model.build import load_checkpoint, read_checkpoint
+    from poslab.positions.rope_scaling import eval_overrides
+    from poslab.run.run_folder import checkpoint_of_run
+
+    ckpt = Path(options["ckpt"]) if options["ckpt"] else checkpoint_of_run(options["run"])
+    config = read_checkpoint(ckpt)["hyper_parameters"]["config"]
+    task = "task" in config["data"]
+    tokenizer = None if task else run_tokenizer(ckpt, config, options["data_path"])
+    if tokenizer is not None:  # a version-1 vocabulary: its <eos> is also a word
+        check_exportable_tokenizer(tokenizer, V1_GENERATION)
+    train_length = int(config["data"]["seq_len"])
+    overrides = eval_overrides(eval_options, config["pos"], train_length, train_length)
+    model, config = load_checkpoint(ckpt, pos_overrides=overrides or None)
+    return model.to(device), config, tokenizer, ckpt
+
+
+V1_GENERATION = (
+    "a generation would end at the first such word and print it as <eos>; generate from a run "
+    "trained with data.tokenizer_version=2 (the default)"
+)
+
+
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
@@ -157,40 +277,30 @@ def main(argv: list[str] | None = None) -> None:
     options, eval_options = parse(argv)
     import torch
 
-    from poslab.evaluation.run import checkpoint_of_run
-    from poslab.hf.export import run_tokenizer
-    from poslab.model.build import load_checkpoint, read_checkpoint
-    from poslab.positions.rope_scaling import eval_overrides
-
-    ckpt = Path(options["ckpt"]) if options["ckpt"] else checkpoint_of_run(options["run"])
-    config = read_checkpoint(ckpt)["hyper_parameters"]["config"]
-    train_length = int(config["data"]["seq_len"])
-    overrides = eval_overrides(eval_options, config["pos"], train_length, train_length)
-    model, config = load_checkpoint(ckpt, pos_overrides=overrides or None)
-    device = torch.device(options["device"])
-    model = model.to(device)
-    task = "task" in config["data"]
-    tokenizer = None if task else run_tokenizer(ckpt, config, options["data_path"])
+    device = checked_device(options["device"])
+    model, config, tokenizer, ckpt = load(options, eval_options, device)
     prompt, stop = prompt_ids(options["prompt"], tokenizer, model.config.vocab_size, ckpt)
-    generator = torch.Generator().manual_seed(options["seed"])
-    ids = torch.tensor([prompt], device=device)
+    new_tokens = options["max_new_tokens"]
+    check_room(model, len(prompt), new_tokens)
+    unknown = unknown_words(options["prompt"], tokenizer) if tokenizer is not None else []
+    if unknown:
+        words = ", ".join(map(repr, unknown[:8])) + (", ..." if len(unknown) > 8 else "")
+        note(f"{len(unknown)} prompt word(s) not in the run's vocabulary became <unk>: {words}")
     problem = model.cache_problem() if options["cache"] else None
     if problem:
-        log.info("no key/value cache: %s; each token recomputes the sequence", problem)
+        note(f"no key/value cache: {problem}; each token recomputes the sequence")
     cache = model.new_cache() if options["cache"] and problem is None else None
-    out = generate(
-        model,
-        ids,
-        options["max_new_tokens"],
-        float(options["temperature"]),
-        options["top_k"],
-        stop,
-        generator,
-        cache,
-    )
+    generator = torch.Generator().manual_seed(options["seed"])
+    ids = torch.tensor([prompt], device=device)
+    temperature = float(options["temperature"])
+    out = generate(model, ids, new_tokens, temperature, options["top_k"], stop, generator, cache)
     new = out[0, len(prompt) :].tolist()
-    text = " ".join(map(str, new)) if task else tokenizer.decode(new)
+    text = " ".join(map(str, new)) if tokenizer is None else decoded(tokenizer, new, stop)
     print(f"{options['prompt'].rstrip()} {text.strip()}", flush=True)
+    if stop is not None and new and new[-1] == stop:
+        note(f"stopped at the end of a text (<eos>) after {len(new)} new tokens")
+    else:
+        note(f"stopped at max_new_tokens={new_tokens}")
 
 
 if __name__ == "__main__":

@@ -357,3 +357,27 @@ class TokenCache:
         meta = self.meta()  # built first
         text = (self.folder / "tokenizer.json").read_text()
         return {"json": text, "sha256": text_sha256(text), "inputs": meta.get("inputs")}
+
+
+def check_unrecorded_tokenizer(cache: TokenCache, ckpt: Path, asked: bool = False) -> None:
+    """A checkpoint from before runs kept their tokenizer is scored with one rebuilt from the
+    corpus: right only if the corpus is the one it trained on. Where its files were written
+    after the checkpoint (or the token cache shows they changed since it was built), that is
+    known to be false: refused, not scored. `asked` (data_path=): the user named the corpus."""
+    changed = cache.stale()
+    if not changed and not asked and cache.settings["path"]:
+        saved = Path(ckpt).stat().st_mtime
+        files = local_split_files(cache.settings["path"]).values()
+        newer = [str(f) for f in files if Path(f).stat().st_mtime > saved]
+        changed = newer and f"{', '.join(newer)} written after the checkpoint"
+    if changed:
+        raise ConfigError(
+            f"{ckpt} holds no record of its tokenizer (it predates poslab keeping one) and its "
+            f"corpus changed ({changed}): a tokenizer rebuilt now would give other ids; score it "
+            "on the corpus files it was trained on"
+        )
+    log.warning(
+        "%s holds no record of its tokenizer (it predates poslab keeping one): rebuilt from the "
+        "corpus, which must be the one it was trained on",
+        ckpt,
+    )

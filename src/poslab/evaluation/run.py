@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from poslab.data.cache import TokenCache
+from poslab.data.cache import TokenCache, check_unrecorded_tokenizer
 from poslab.data.tokens import EOS, TokenizedSplit
 from poslab.errors import ConfigError
 from poslab.evaluation.perplexity import score, too_few_windows
@@ -28,19 +28,11 @@ from poslab.evaluation.tasks import evaluate_task_plan
 from poslab.model.precision import AUTOCAST_DTYPE
 from poslab.report.files import default_out_dir, report_rows
 from poslab.report.tables import NO_DOCUMENT, metric_name
+from poslab.run.run_folder import checkpoint_of_run
 from poslab.run.tracking import start_eval_wandb_run
 from poslab.run.validate import check_eval_config
 
 log = logging.getLogger(__name__)
-
-
-def checkpoint_of_run(run: str | Path) -> Path:
-    """The best checkpoint of a training run folder (last.ckpt if there is no best)."""
-    folder = Path(run) / "checkpoints"
-    for name in ("best.ckpt", "last.ckpt"):
-        if (folder / name).is_file():
-            return folder / name
-    raise ConfigError(f"run={run} has no checkpoints/best.ckpt or last.ckpt; pass ckpt=PATH")
 
 
 def evaluate_checkpoint(
@@ -312,32 +304,6 @@ def checked_cache(plan: EvalPlan, cache: TokenCache | None, data_path: str | Non
             "trained on (data_path=) with the same tokenizer settings"
         )
     return cache
-
-
-def check_unrecorded_tokenizer(cache: TokenCache, ckpt: Path, asked: bool = False) -> None:
-    """A checkpoint from before runs kept their tokenizer is scored with one rebuilt from the
-    corpus: right only if the corpus is the one it trained on. Where its files were written
-    after the checkpoint (or the token cache shows they changed since it was built), that is
-    known to be false: refused, not scored. `asked` (data_path=): the user named the corpus."""
-    changed = cache.stale()
-    if not changed and not asked and cache.settings["path"]:
-        from poslab.data.corpus import local_split_files
-
-        saved = Path(ckpt).stat().st_mtime
-        files = local_split_files(cache.settings["path"]).values()
-        newer = [str(f) for f in files if Path(f).stat().st_mtime > saved]
-        changed = newer and f"{', '.join(newer)} written after the checkpoint"
-    if changed:
-        raise ConfigError(
-            f"{ckpt} holds no record of its tokenizer (it predates poslab keeping one) and its "
-            f"corpus changed ({changed}): a tokenizer rebuilt now would give other ids; score it "
-            "on the corpus files it was trained on"
-        )
-    log.warning(
-        "%s holds no record of its tokenizer (it predates poslab keeping one): rebuilt from the "
-        "corpus, which must be the one it was trained on",
-        ckpt,
-    )
 
 
 def check_scored_text(

@@ -40,6 +40,7 @@ BUNDLED = (
     "poslab.errors",
     "poslab.checks",
     "poslab.instantiate",
+    "poslab.targets",  # IGNORE_INDEX, which model/losses.py reads
     "poslab.model.precision",
     "poslab.model.losses",
     "poslab.model.attention",

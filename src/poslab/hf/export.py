@@ -13,6 +13,8 @@ scaled embeddings, a concatenated table: `export_problem`) exports as custom cod
 
 from __future__ import annotations
 
+import errno
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,23 @@ import torch
 from torch import Tensor, nn
 
 from poslab.arguments import OneLineParser, check_writable
-from poslab.errors import ConfigError, exit_on_config_error, require_extra
+from poslab.errors import (
+    NO_SPACE_ERRNOS,
+    ConfigError,
+    DiskFull,
+    exit_on_config_error,
+    require_extra,
+)
 from poslab.model.gpt import GPT, Block
 
 EXPORTS = {"learned": "GPT-2", "rope": "GPT-NeoX"}
 EXACT_KERNELS = ("SDPA", "Blockwise", "Flex", "Auto")  # exact softmax attention
+
+
+V1_EXPORT = (
+    "a Hugging Face tokenizer cannot encode the text as its training did; export a run trained "
+    "with data.tokenizer_version=2 (the default)"
+)
 
 
 def export_problem(model: GPT, config: dict[str, Any]) -> str | None:
@@ -311,14 +325,11 @@ def export_and_check(
 ) -> tuple[Path, str, float]:
     """scripts/export_hf.py: export a run's best checkpoint to `out` (native where exact, else
     or with `custom_code` poslab's code beside it), load it back as an HF model and compare
-    logits with poslab's on a probe; a mismatch removes the folder and is an error. Returns
-    (folder, architecture, largest logit gap)."""
-    import shutil
-
-    from transformers import AutoModelForCausalLM
-
-    from poslab.evaluation.run import checkpoint_of_run
+    logits with poslab's on a probe; a mismatch is an error. Returns (folder, architecture,
+    largest logit gap). The export is written to a folder beside `out` and renamed to it once
+    checked, under a lock: `out` is whole or absent, whatever stops the export."""
     from poslab.model.build import load_checkpoint
+    from poslab.run.run_folder import RunLock, checkpoint_of_run
 
     if run.suffix == ".ckpt":
         ckpt = run
@@ -335,44 +346,101 @@ def export_and_check(
             "tokens have no text tokenizer; export a run trained on a corpus"
         )
     custom_code = custom_code or export_problem(model, config) is not None
-    tokenizer = run_tokenizer(ckpt, config, data_path)
+    tokenizer = run_tokenizer(ckpt, config, data_path, option="--data-path ")
     check_exportable_tokenizer(tokenizer)
-    created = not out.exists()
+    out.parent.mkdir(parents=True, exist_ok=True)  # the lock and the partial folder live there
+    lock = RunLock(out, out.parent / f".{out.name}.export.lock", "export (scripts/export_hf.py)")
+    lock.acquire()
     try:
-        export_hf(model, config, tokenizer, out, custom_code=custom_code)
-        hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=custom_code).eval()
-        gap = logit_gap(model, hf, int(config["data"]["seq_len"]))
-        if gap > 1e-4:
-            raise RuntimeError(f"the exported model's logits differ from poslab's by {gap:.3g}")
-    except BaseException:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+        check_new_folder(out)  # again under the lock: an export that ended meanwhile wrote it
+        hf, gap = write_checked(model, config, tokenizer, out, custom_code)
+    finally:
+        lock.release()
     architecture = type(hf).__name__ + (", custom code" if custom_code else "")
     return out, architecture, gap
 
 
-def check_exportable_tokenizer(tokenizer: Any) -> None:
+def check_new_folder(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} is not an empty folder; pass a new folder")
+
+
+def write_checked(
+    model: GPT, config: dict[str, Any], tokenizer: Any, out: Path, custom_code: bool
+) -> tuple[nn.Module, float]:
+    """The export written to `.<out>.<pid>.partial` beside `out`, loaded back and compared with
+    poslab's logits, then renamed to `out` (a kill leaves only a hidden partial folder, which
+    the next export to `out` removes). No room on the disk: one line, nothing left."""
+    import os
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    for stale in out.parent.glob(f".{out.name}.*.partial"):  # killed exports' (the lock is ours)
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = out.parent / f".{out.name}.{os.getpid()}.partial"
+    try:
+        export_hf(model, config, tokenizer, staging, custom_code=custom_code)
+        hf = AutoModelForCausalLM.from_pretrained(staging, trust_remote_code=custom_code).eval()
+        gap = logit_gap(model, hf, int(config["data"]["seq_len"]))
+        if gap > 1e-4:
+            raise RuntimeError(f"the exported model's logits differ from poslab's by {gap:.3g}")
+        os.replace(staging, out)  # onto an empty folder too (rename(2) replaces one)
+    except Exception as err:
+        code = no_room_errno(err)
+        if code is None:
+            raise
+        raise DiskFull(
+            f"no room to write the export to {out.parent} ({os.strerror(code)}"
+            f"{': a file-size limit (ulimit -f)' if code == errno.EFBIG else ''}); nothing was "
+            "written at --out; free some space and run again"
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return hf, gap
+
+
+def no_room_errno(err: BaseException) -> int | None:
+    """The errno of a write that failed for lack of room (NO_SPACE_ERRNOS), else None. The
+    safetensors writer reports it in its message only (`... (os error 28)`)."""
+    if isinstance(err, OSError):
+        return err.errno if err.errno in NO_SPACE_ERRNOS else None
+    if type(err).__name__ == "SafetensorError":
+        found = re.search(r"(?:os error |code: )(\d+)", str(err))
+        code = int(found.group(1)) if found else None
+        return code if code in NO_SPACE_ERRNOS else None
+    return None
+
+
+def check_exportable_tokenizer(tokenizer: Any, consequence: str = V1_EXPORT) -> None:
     """A version-1 word vocabulary whose <eos> (or <unk>) shares its id with a word
-    (data/tokens.py TOKENIZER_VERSIONS) has no faithful HF tokenizer: one line."""
+    (data/tokens.py TOKENIZER_VERSIONS) has no faithful HF tokenizer, and no end of text a
+    generation can stop at (`consequence`, generate.py's): one line."""
     vocab = tokenizer.get_vocab()
     if len(set(vocab.values())) < len(vocab):  # two tokens at one id (read_tokenizer)
         raise ConfigError(
             "this run's word vocabulary is version 1 (data.tokenizer_version), whose <eos> "
-            "shares its id with a word: a Hugging Face tokenizer cannot encode the text as its "
-            "training did; export a run trained with data.tokenizer_version=2 (the default)"
+            f"shares its id with a word: {consequence}"
         )
 
 
-def run_tokenizer(ckpt: Path, config: dict[str, Any], data_path: str | None = None) -> Any:
+def run_tokenizer(
+    ckpt: Path, config: dict[str, Any], data_path: str | None = None, option: str = "data_path="
+) -> Any:
     """The `tokenizers` tokenizer a corpus run trained with: the one its checkpoint recorded,
     never one retrained on a corpus that changed since; for a checkpoint older than the record,
-    the corpus's (`data_path` where it moved), checked against the run's vocabulary."""
-    from poslab.data.cache import TokenCache
-    from poslab.evaluation.run import check_unrecorded_tokenizer
+    the corpus's (`data_path` where it moved), checked against the run's vocabulary. A
+    `data_path` (the command's `option`) that would not be read is one line, not ignored."""
+    from poslab.data.cache import TokenCache, check_unrecorded_tokenizer
     from poslab.model.build import read_checkpoint
 
     record = read_checkpoint(ckpt).get("tokenizer")
+    if record and data_path:
+        raise ConfigError(
+            f"{option}{data_path}: this run recorded its tokenizer, which is used whatever the "
+            "corpus (the corpus is read only for runs older than that record); leave "
+            f"{option.strip(' =')} out"
+        )
     if record:
         from poslab.data.tokens import read_tokenizer
 
@@ -403,8 +471,11 @@ GPT-NeoX (either pairing). Every other run (any scheme, kernel, gate or sinks) e
 poslab's model code in the folder (custom code: load it with trust_remote_code=True; it needs
 torch and transformers, not poslab); --custom-code asks for that form for learned and rope too.
 The export is checked before it is kept: the HF model, loaded back from the folder, must give
-poslab's logits on a probe. A task run (no text tokenizer), a run folder without a checkpoint,
-an --out that holds files: one `error: ...` line with exit code 2, nothing written.
+poslab's logits on a probe. It is written beside --out (.NAME.PID.partial) and renamed to --out
+once checked: a stopped export leaves no --out. A task run (no text tokenizer), a run folder
+without a checkpoint, an --out that holds files or that another export is writing, a full disk,
+a --data-path that is no folder or that the run would not read (it recorded its tokenizer):
+one `error: ...` line with exit code 2, nothing written at --out.
 """
 
 
@@ -421,9 +492,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     require_extra("transformers", "hf", "scripts/export_hf.py")
-    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
-        raise ConfigError(f"--out {args.out} is not an empty folder; pass a new folder")
+    check_new_folder(args.out)
     check_writable(args.out, "--out")
+    if args.data_path and not Path(args.data_path).is_dir():
+        raise ConfigError(f"--data-path {args.data_path}: no such folder; pass the corpus folder")
     folder, architecture, gap = export_and_check(
         args.run, args.out, args.data_path, args.custom_code
     )

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from poslab.model.precision import compute_dtype
+from poslab.targets import IGNORE_INDEX
 
-IGNORE_INDEX = -100
 # logits of at most ~16 MB in fp32 at a time: large enough for efficient matmuls, small enough to
 # stay in the last-level cache of a CPU and to never matter for GPU memory
 CHUNK_ELEMENTS = 1 << 22

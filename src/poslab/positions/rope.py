@@ -238,8 +238,10 @@ class Rotary(PositionalScheme):
         """The scaled scores of q and k rotated at their positions where `near`, else of q
         rotated at `far_q` over k at `far_k` (None: k unrotated, i.e. at 0): two score
         matrices merged by a distance mask, as bojone/rerope and datamllab/LongLM do."""
-        # cos/sin times the kind's attention factor (STRING's temperature) turn q and k each
-        scale = q.shape[-1] ** -0.5 * self.scaling.attention_factor**2
+        scale = q.shape[-1] ** -0.5
+        # cos/sin times the kind's attention factor (STRING's temperature), as `prepare` does:
+        # only the rotated dims carry it (as YaRN's and HF's), never a fraction < 1's others
+        factor = self.scaling.attention_factor
 
         def turned(x: Tensor, positions: Tensor) -> Tensor:
             if positions.dim() > q_positions.dim():  # per band of pairs (dpe): each pair's
@@ -250,10 +252,14 @@ class Rotary(PositionalScheme):
                 angles = self.angles(positions)
             if angles.dim() == 3:  # per-sequence positions: a head axis
                 angles = angles[:, None]
-            return self._rotate(x, rotation(angles, self.pairing))
+            rot = rotation(angles, self.pairing)
+            return self._rotate(x, rot if factor == 1 else tuple(r * factor for r in rot))
 
         near_scores = turned(q, q_positions) @ turned(k, k_positions).transpose(-1, -2) * scale
-        far_keys = k if far_k is None else turned(k, far_k)
+        if far_k is None:  # k at position 0: unrotated, its rotated dims times the factor
+            far_keys = k if factor == 1 else turned(k, torch.zeros_like(k_positions))
+        else:
+            far_keys = turned(k, far_k)
         far_scores = turned(q, far_q) @ far_keys.transpose(-1, -2) * scale
         return torch.where(near, near_scores, far_scores)
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from poslab.errors import NO_SPACE_ERRNOS, RunBusy
+from poslab.errors import NO_SPACE_ERRNOS, ConfigError, RunBusy
 
 try:  # POSIX; elsewhere runs go unlocked
     import fcntl
@@ -133,8 +133,13 @@ class RunLock:
     drops the lock when the process ends, even by SIGKILL, so a killed run never blocks its
     resume. The file holds the holder's pid, for the refusal line."""
 
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / LOCK_FILE
+    def __init__(
+        self, folder: Path, lock: Path | None = None, user: str = "training process"
+    ) -> None:
+        # `lock` elsewhere than <folder>/.lock, `user` in the refusal: export_hf.py locks the
+        # folder it writes from beside it (the folder itself appears only once whole)
+        self.path = lock or folder / LOCK_FILE
+        self.folder, self.user = folder, user
         self.fd: int | None = None
         self.created = False
         self.previous = b""  # the file's content before this process wrote its pid
@@ -151,7 +156,7 @@ class RunLock:
             os.close(fd)
             self.created = False
             raise RunBusy(
-                f"{self.path.parent} is in use by another training process (pid {holder}); wait "
+                f"{self.folder} is in use by another {self.user} (pid {holder}); wait "
                 f"for it to end, or stop it (kill {holder}) and run this again"
             ) from None
         self.previous = os.read(fd, 32)
@@ -244,3 +249,12 @@ def forget_claim() -> None:
     """A new job starts (an in-process sweep runs several): it has taken no folder yet."""
     global _claimed
     _claimed = None
+
+
+def checkpoint_of_run(run: str | Path) -> Path:
+    """The best checkpoint of a training run folder (last.ckpt if there is no best)."""
+    folder = Path(run) / "checkpoints"
+    for name in ("best.ckpt", "last.ckpt"):
+        if (folder / name).is_file():
+            return folder / name
+    raise ConfigError(f"run={run} has no checkpoints/best.ckpt or last.ckpt; pass ckpt=PATH")

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from poslab.model.losses import IGNORE_INDEX
+from poslab.targets import IGNORE_INDEX
 from poslab.tasks.base import Example, Task, example_rng, score
 
 __all__ = ["Example", "Task", "TaskDataModule", "TaskExamples", "example_rng", "score"]
