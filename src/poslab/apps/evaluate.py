@@ -93,7 +93,10 @@ def main(cfg: DictConfig) -> None:
     if cfg.get("hf"):  # a pretrained HF model: transformers, from the hf extra
         require_extra("transformers", "hf", f"eval.py hf={cfg.hf}")
     from poslab.evaluation.run import run_eval  # after Hydra: a typo fails without importing torch
+    from poslab.run.threads import choose_threads
 
+    device = str(cfg.eval.get("device", "auto"))
+    choose_threads("cuda" if device.startswith("cuda") else "cpu" if device == "cpu" else "auto")
     run_eval(cfg)
 
 

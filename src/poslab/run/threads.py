@@ -67,6 +67,8 @@ def choose_threads(device: str = "cpu") -> int:
         log.info("torch threads: %d (OMP_NUM_THREADS)", count)
         return count
     count = torch.get_num_threads()
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device != "cpu":
         log.info("torch threads: %d", count)
         return count

@@ -410,8 +410,10 @@ def _set_up(
         cfg.data.seq_len,
     )
     # a CPU run is bitwise repeatable only with the same number of threads (sums in another
-    # order), so the log says how many it had
-    log.info("torch threads: %d (OMP_NUM_THREADS sets it)", torch.get_num_threads())
+    # order), so the log says how many it had; on a busy machine, fewer (run/threads.py)
+    from poslab.run.threads import choose_threads
+
+    choose_threads(device_type_of(str(cfg.trainer.get("accelerator", "auto"))))
     trainer, best, last = _build_trainer(cfg, config, out, max_steps, logger)
     return _Run(config, datamodule, logger, module, trainer, best, last)
 
