@@ -15,6 +15,7 @@ from poslab.errors import ConfigError, exit_on_config_error
 from poslab.report.differences import difference, difference_set, holm_table
 from poslab.report.intervals import Interval
 from poslab.report.provenance import (
+    caption,
     check_one_vocabulary,
     check_seeds_scored_alike,
     merged_provenance,
@@ -1017,7 +1018,17 @@ def compare(
         title = _default_title(rows)
     text = _report_text(rows, title, baseline) + mixed_note
     # loss by position: each scheme at its longest evaluated length, first mode only
-    write_reports(rows, out, title, "scheme", "comparison", text, longest_rows(rows), baseline)
+    write_reports(
+        rows,
+        out,
+        title,
+        "scheme",
+        "comparison",
+        text,
+        longest_rows(rows),
+        baseline,
+        below=caption(rows),
+    )
     print(text, flush=True)
     print(f"\nwrote comparison.{{md,csv,json}} and plots to {out}", flush=True)
     return rows
@@ -1082,8 +1093,7 @@ def default_out(paths: list[str]) -> Path:
     return folder / "comparison"
 
 
-@exit_on_config_error
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="scripts/compare.py", description=__doc__)
     parser.add_argument("paths", nargs="+", help="run folders, sweep folders or result files")
     parser.add_argument(
@@ -1136,6 +1146,12 @@ def main(argv: list[str] | None = None) -> None:
         "one table (refused by default: their perplexities are not comparable); the table "
         "then says so",
     )
+    return parser
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for pair in args.rename:  # which "=" splits ROW from NAME is decided by the rows' labels
         if "=" not in pair.strip("="):

@@ -129,12 +129,14 @@ def write_reports(
     text: str | None = None,
     position_rows: list[dict] | None = None,
     baseline: str | None = None,
+    below: str = "",
 ) -> dict[str, Path]:
     """Write {stem}.json/.csv/.md, {stem}_ppl.png (ppl vs length, one line per `series_key`)
     and {stem}_loss_by_position.png to `out` (with a `baseline` row, {stem}_differences.png
     too: see report_figures); returns the paths. All or none: every file is
     rendered and written to a temporary first, and the set replaces the old one only once all
-    are on disk (see write_all_or_none); a folder this call created is removed on failure."""
+    are on disk (see write_all_or_none); a folder this call created is removed on failure.
+    `below`: a caption under every figure (what the numbers rest on: report/provenance.py)."""
     created = make_folder(out)
     paths = {
         "json": out / f"{stem}.json",
@@ -149,9 +151,6 @@ def write_reports(
         paths["md"]: text_file((text or markdown(rows, title, series_key)) + "\n"),
     }
     figures: list[Figure] = []  # closed at the end, whatever happens
-    from poslab.report.provenance import caption
-
-    below = caption(rows)  # what the numbers rest on, under every figure
 
     def plot(path: Path, fig: Figure) -> None:
         figures.append(fig)

@@ -165,6 +165,13 @@ def markdown(rows: list[dict], title: str, row_key: str, brief: bool = False) ->
             f"\n### {other.replace('_', ' ')} ({name})\n",
             markdown_table(sub, other, row_key),
         ]
+    parts += context_use_tables(rows, row_key)
+    return "\n".join(parts)
+
+
+def context_use_tables(rows: list[dict], row_key: str) -> list[str]:
+    """The context-use tables of a report (eval.short_context, context_use.py), [] without."""
+    parts: list[str] = []
     used = [r for r in rows if "context_gain" in r]  # eval.short_context (context_use.py)
     if used:
         shorts = list(dict.fromkeys(r["short_context"] for r in used))
@@ -183,7 +190,7 @@ def markdown(rows: list[dict], title: str, row_key: str, brief: bool = False) ->
             f"\n### key tokens: share gaining > {threshold:g} nats from the long context\n",
             markdown_table(used, "key_token_share", row_key),
         ]
-    return "\n".join(parts)
+    return parts
 
 
 def scored_note(rows: list[dict]) -> str:

@@ -439,6 +439,12 @@ def build_parser() -> OneLineParser:
         help="run only the jobs whose names match (shell pattern, repeatable), e.g. "
         "--only '*-s1234-*': a chunk of a study too long for one sitting",
     )
+    _add_placement(parser)
+    return parser
+
+
+def _add_placement(parser: OneLineParser) -> None:
+    """The options of where and how long the jobs run."""
     parser.add_argument(
         "--device",
         choices=("auto", "cuda", "cpu"),
@@ -477,7 +483,6 @@ def build_parser() -> OneLineParser:
         help="after MIN minutes stop the running jobs (each saves a checkpoint) "
         "and write what finished; the same command resumes",
     )
-    return parser
 
 
 def check_args(parser: OneLineParser, args: Any) -> None:
