@@ -176,3 +176,26 @@ def test_context_use_over_different_short_contexts_is_never_subtracted(tmp_path)
     text = (tmp_path / "out" / "comparison.md").read_text()
     assert "16 for alibi; 8 for rope: not comparable gains" in text
     assert "difference to rope: mean gain from the long context" not in text
+
+
+def test_the_change_of_a_comparison_between_two_vocabularies_is_paired_by_seed(tmp_path):
+    from poslab.report.vocabulary_change import vocabulary_change
+
+    # the old table: rope and alibi on vocabulary 1, seeds 1-3, alibi 2, 3, 4 below rope
+    for seed, gap in ((1, 2.0), (2, 3.0), (3, 4.0)):
+        write(tmp_path / "v1" / f"rope-{seed}", rows_of("rope", [10.0, 11.0, 12.0]), seed, 1)
+        alibi = rows_of("alibi", [10.0 - gap, 11.0 - gap, 12.0 - gap])
+        write(tmp_path / "v1" / f"alibi-{seed}", alibi, seed, 1)
+    compare([tmp_path / "v1"], tmp_path / "old", baseline="rope")
+    # the new runs: the same seeds on vocabulary 2, each gap 1 wider
+    for seed, gap in ((1, 3.0), (2, 4.0), (3, 5.0)):
+        write(tmp_path / "v2" / f"rope-{seed}", rows_of("rope", [9.0, 9.5, 10.0]), seed, 2)
+        alibi = rows_of("alibi", [9.0 - gap, 9.5 - gap, 10.0 - gap])
+        write(tmp_path / "v2" / f"alibi-{seed}", alibi, seed, 2)
+    records = vocabulary_change(
+        tmp_path / "old" / "comparison.json", [tmp_path / "v2"], "rope", tmp_path / "out", "t"
+    )
+    at_l = next(r for r in records if r["length"] == 32)
+    assert at_l["old"]["mean"] == pytest.approx(-3.0) and at_l["new"]["mean"] == pytest.approx(-4.0)
+    assert at_l["change"]["mean"] == pytest.approx(-1.0) and at_l["seeds"] == ["1", "2", "3"]
+    assert "| alibi | nonoverlapping | 32 |" in (tmp_path / "out" / "change.md").read_text()
