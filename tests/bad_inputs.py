@@ -396,6 +396,18 @@ def compare(*args: str, expected: str) -> Case:
     return Case("compare.py", args, (expected,))
 
 
+def budget(*args: str, expected: str) -> Case:
+    return Case("budget.py", args, (expected,))
+
+
+def vocabulary(*args: str, expected: str) -> Case:
+    return Case("vocabulary_change.py", args, (expected,))
+
+
+def collect(*args: str, expected: str) -> Case:
+    return Case("collect_study.py", args, (expected,))
+
+
 def analysis(*args: str, expected: str) -> Case:
     return Case("analysis.py", args, (expected,))
 
@@ -454,6 +466,12 @@ SCRIPT_BAD = [
     ),
     compare("{file}", "--out", "{out}", expected="{file} is not a results file"),
     compare(expected="the following arguments are required: paths; see python scripts/compare.py"),
+    compare("{good}", "{good}", "--out", "{out}", expected="is given twice (it would count as two"),
+    budget("{good}", "--out", "{out}", expected="records no training steps; the budget axis"),
+    budget("{out}/missing", "--out", "{out}", expected="no such file or folder: {out}/missing"),
+    budget("{good}", expected="the following arguments are required: --out"),
+    vocabulary("{file}", "{good}", "--out", "{out}", expected="{file}: not a comparison.json"),
+    collect("{empty_folder}", "{out}", expected="{empty_folder} holds no study (study.json)"),
     analysis(
         "attention",
         "{task}",

@@ -359,6 +359,18 @@ def _script_main(app: str):  # noqa: ANN202
         from poslab.hf.export import main
 
         return main
+    if app == "budget.py":
+        from poslab.report.budget import main
+
+        return main
+    if app == "vocabulary_change.py":
+        from poslab.report.vocabulary_change import main
+
+        return main
+    if app == "collect_study.py":
+        from poslab.study.collect import main
+
+        return main
     assert app == "pretrained_parity.py", app
     import importlib.util
 
