@@ -201,6 +201,16 @@ def test_bad_input_is_one_line_before_any_work(args, expected, corpus, tmp_path,
         ("experiment: quickstart\njobs: {'a b': [pos=rope]}\n", "job name 'a b' must be"),
         ("experiment: quickstart\n", "lists no job"),
         ("experiment: quickstart\ngrid: {pos: rope}\n", "`grid:` maps options to non-empty"),
+        (
+            "experiment: quickstart\ngrid: {pos: [rope]}\nextra: {pos=alibi: [seed=2]}\n",
+            "extra.pos=alibi matches no grid value",
+        ),
+        ("experiment: quickstart\ngrid: {pos: [rope]}\nextra: [a]\n", "`extra:` maps a grid"),
+        ("experiment: quickstart\ngrid: {pos: [rope]}\nevals: {t: split}\n", "`evals:` maps names"),
+        (
+            "experiment: quickstart\ngrid: {pos: [rope]}\nevals: {t: [run=x]}\n",
+            "evals.t sets run=x; the study sets run= and out_dir=",
+        ),
     ],
 )
 def test_a_bad_study_file_is_one_line(recipe, expected, corpus, tmp_path, capsys):
@@ -459,31 +469,6 @@ def test_the_plan_counts_the_studys_own_evaluations_and_context_use():
     assert job_cost(no_context, study.plan).eval_flops < alone  # context use has a cost
     # the test split: the same lengths and modes without context use
     assert with_test == pytest.approx(alone + job_cost(no_context, study.plan).eval_flops)
-
-
-@pytest.mark.parametrize(
-    ("recipe", "expected"),
-    [
-        (
-            "experiment: quickstart\ngrid: {pos: [rope]}\nextra: {pos=alibi: [seed=2]}\n",
-            "extra.pos=alibi matches no grid value",
-        ),
-        ("experiment: quickstart\ngrid: {pos: [rope]}\nextra: [a]\n", "`extra:` maps a grid"),
-        ("experiment: quickstart\ngrid: {pos: [rope]}\nevals: {t: split}\n", "`evals:` maps names"),
-        (
-            "experiment: quickstart\ngrid: {pos: [rope]}\nevals: {t: [run=x]}\n",
-            "evals.t sets run=x; the study sets run= and out_dir=",
-        ),
-    ],
-)
-def test_bad_extras_and_evaluations_are_one_line(recipe, expected, corpus, tmp_path, capsys):
-    path = tmp_path / "bad.yaml"
-    path.write_text(recipe)
-    with pytest.raises(SystemExit) as stop:
-        main([str(path), f"data.path={corpus}", "--out", str(tmp_path / "s"), "--dry-run"])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and expected in err[0], err
 
 
 def test_only_selects_a_chunk_and_a_pattern_that_matches_nothing_is_one_line(

@@ -44,15 +44,10 @@ class Cell:
 
 def group_by_budget(paths: list[str | Path]) -> dict[int, list[Path]]:
     """The results under `paths`, grouped by training steps (their provenance)."""
-    from poslab.report.compare import RESULT, WHAT_TO_PASS, find_results, read_result
+    from poslab.report.compare import read_result, results_under
     from poslab.report.provenance import provenance_of_run
 
-    missing = [str(p) for p in paths if not Path(p).exists()]
-    if missing:
-        raise ConfigError(f"no such file or folder: {', '.join(missing)}; {WHAT_TO_PASS}")
-    results = find_results(paths)
-    if not results:
-        raise ConfigError(f"no {RESULT} under {', '.join(map(str, paths))}; {WHAT_TO_PASS}")
+    results = results_under(paths)
     groups: dict[int, list[Path]] = {}
     for result in results:
         steps = provenance_of_run(result.parent.parent, read_result(result)).get("steps")

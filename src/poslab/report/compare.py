@@ -62,6 +62,18 @@ def find_results(paths: list[str | Path]) -> list[Path]:
     return found
 
 
+def results_under(paths: list[str | Path]) -> list[Path]:
+    """find_results, with a ConfigError for a path that does not exist or for no results."""
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise ConfigError(f"no such file or folder: {', '.join(missing)}; {WHAT_TO_PASS}")
+    results = find_results(paths)
+    if not results:
+        names = ", ".join(str(p) for p in paths) or "(no path given)"
+        raise ConfigError(f"no {RESULT} under {names}; {WHAT_TO_PASS}")
+    return results
+
+
 # options that never change what a run learns (names, logging, caches, bookkeeping): two runs
 # that differ only in these and in `seed` are seeds of one configuration
 NOT_SETTINGS = (
@@ -992,12 +1004,7 @@ def compare(
     results, or a baseline, rename or only that names no row, are a ConfigError (one line:
     which folder or name, what to pass)."""
     names = ", ".join(str(p) for p in paths) or "(no path given)"
-    missing = [str(p) for p in paths if not Path(p).exists()]
-    if missing:
-        raise ConfigError(f"no such file or folder: {', '.join(missing)}; {WHAT_TO_PASS}")
-    results = find_results(paths)
-    if not results:
-        raise ConfigError(f"no {RESULT} under {names}; {WHAT_TO_PASS}")
+    results = results_under(paths)
     rows = label_rows(results, True, split_joins(joins or []), per_seed)
     if not rows:
         raise ConfigError(f"the results under {names} hold no rows; {WHAT_TO_PASS}")
