@@ -166,3 +166,25 @@ def test_seeds_scored_on_different_example_counts_get_their_own_intervals():
     for seed, accuracy, examples in (("1", 0.105, 1250), ("2", 0.004, 250)):
         expected = wilson_interval(accuracy * examples, examples)
         assert (found[seed].low, found[seed].high) == pytest.approx(expected)
+
+
+def test_the_legend_note_counts_seeds_by_their_wilson_verdict():
+    from poslab.report.tables import learning_note
+
+    row = {
+        "length": 64,
+        "train_length": 64,
+        "status": "ok",
+        "learned": False,
+        "n_seeds": 3,
+        "learned_seeds": 2,  # by the plain threshold: 0.912 and 0.908 reach 0.9
+        "learned_at": 0.9,
+        "examples": 250,
+        "per_seed": {"accuracy": {"1": 0.912, "2": 0.908, "3": 0.80}},
+    }
+    # on 250 examples none of the three is surely above 0.9: two unclear, one below
+    assert learning_note(row) == "learned at L in 0/3 seeds, 2 unclear"
+    sure = {**row, "per_seed": {"accuracy": {"1": 0.99, "2": 0.99, "3": 0.5}}}
+    assert learning_note(sure) == "learned at L in 2/3 seeds"
+    beyond = {**row, "length": 128}  # not at L: the plain count, as before
+    assert learning_note(beyond) == "learned at L in 2/3 seeds"

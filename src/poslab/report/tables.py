@@ -288,10 +288,23 @@ def did_not_learn(row: dict) -> bool:
 def learning_note(row: dict) -> str | None:
     """What a label says of a row not judged beyond L: "did not learn at L" when no seed did,
     "learned at L in k/n seeds" when some did (a merged row counts as learned only when every
-    seed did); None for a row that learned, or that was never judged."""
+    seed did); None for a row that learned, or that was never judged. Where the row at L kept
+    each seed's accuracy and example count, k counts the seeds learned by their Wilson interval
+    (report/learning.py) and the seeds it cannot tell are named "unclear"."""
     if not did_not_learn(row):
         return None
     n, k = row.get("n_seeds", 1), row.get("learned_seeds", 0)
+    if row.get("length") == row.get("train_length"):
+        from poslab.report.learning import UNCLEAR, VERDICT_YES, seed_accuracies
+
+        line = row["learned_at"] if is_finite(row.get("learned_at")) else 0.9
+        said = [a.verdict for a in seed_accuracies(row, line).values() if a.verdict]
+        if said and len(said) == n:
+            yes, unclear = said.count(VERDICT_YES), said.count(UNCLEAR)
+            if yes == 0 and unclear == 0:
+                return "did not learn at L"
+            told = f"learned at L in {yes}/{n} seeds"
+            return told + (f", {unclear} unclear" if unclear else "")
     return f"learned at L in {k}/{n} seeds" if n > 1 and 0 < k < n else "did not learn at L"
 
 
