@@ -157,6 +157,7 @@ TRAIN_BAD = [
     train_case("data.path={latin1}", expected="valid.txt"),
     train_case("data.path={blank}", expected="valid.txt"),
     train_case("pos=alibi", "eval.rope_scaling.kind=pi", expected="act on rotary schemes"),
+    train_case("eval.gain_threshold=5", expected="eval.gain_threshold=5 is read only by context"),
     train_case("pos=rope", "pos.theta_param=exp", expected="pos.theta_param='exp'"),
     train_case("pos=alibi", "pos.position_dtype=fp16", expected="pos.position_dtype='fp16'"),
     # found by the second reliability pass: each was a traceback, or failed after training
@@ -235,6 +236,25 @@ EVAL_BAD = [
         "eval.rope_scaling.kind=string",
         "eval.rope_scaling.local=1000",
         expected="local=1000 must be at most shift=5 (int(0.33 · L) at L = 16)",
+    ),
+    # options that would change nothing (#60): another kind's option, a factor string ignores,
+    # a gain threshold without context use
+    eval_case(
+        "run={rope}",
+        "eval.rope_scaling.kind=yarn",
+        "eval.rope_scaling.shift=5",
+        expected="eval.rope_scaling.shift=5 is an option of string, which kind=yarn does not read",
+    ),
+    eval_case(
+        "run={rope}",
+        "eval.rope_scaling.kind=string",
+        "eval.rope_scaling.factor=4",
+        expected="eval.rope_scaling.factor=4: kind=string reads no factor",
+    ),
+    eval_case(
+        "run={rope}",
+        "eval.gain_threshold=5",
+        expected="eval.gain_threshold=5 is read only by context use; set eval.short_context",
     ),
     eval_case("run={rope}", "eval.short_context=0", expected="eval.short_context=0 must be an"),
     # a context-use setting that would measure no row (#45)

@@ -329,7 +329,16 @@ def pick_device(name: str) -> torch.device:
 def check_short_context(eval_cfg: Any, lengths: list[int], task: bool) -> None:
     """eval.short_context measures non-overlapping rows longer than c: a setting that measures
     no row is one line, not a table without it (tasks: corpus_options_set says so)."""
+    from poslab.evaluation.context_use import DEFAULT_THRESHOLD
+
     short = eval_cfg.get("short_context")
+    threshold = eval_cfg.get("gain_threshold")
+    if not short and threshold not in (None, DEFAULT_THRESHOLD):
+        # the threshold only splits context use's gains: alone it would measure nothing
+        raise ConfigError(
+            f"eval.gain_threshold={threshold} is read only by context use; set "
+            "eval.short_context=c too (e.g. the training length / 4), or leave it out"
+        )
     if not short or task:
         return
     if "nonoverlapping" not in list(eval_cfg.modes or []):
