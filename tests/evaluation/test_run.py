@@ -307,6 +307,24 @@ def test_a_recorded_auto_cap_is_the_cap_the_runs_table_was_scored_under(tmp_path
     assert taken == ["eval.factors=[1,2]"]
 
 
+def test_typed_factors_win_over_recorded_lengths(tmp_path):
+    """#60: `eval.py run=RUN eval.factors=[1,2]` on a run that recorded eval.lengths=[32,64,128]
+    scored the recorded lengths: the typed factors must decide the lengths."""
+    from omegaconf import OmegaConf
+
+    from poslab.evaluation.recorded import with_recorded_settings
+    from poslab.run.validate import eval_lengths
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    config = {"data": {"seq_len": 16}, "eval": {"lengths": [32, 64, 128], "factors": [1, 2, 4]}}
+    asked = OmegaConf.create({"factors": [1, 2], "lengths": None})
+    cfg, taken = with_recorded_settings(asked, config, ckpt, {"factors"}, trained_tokens=10**6)
+    assert (eval_lengths(cfg, 16), taken) == ([16, 32], [])
+    # neither typed: the run's own lengths, as before
+    cfg, taken = with_recorded_settings(asked, config, ckpt, set(), trained_tokens=10**6)
+    assert eval_lengths(cfg, 16) == [32, 64, 128]
+
+
 def _scored_tokens_of_the_text(path, cap):
     """The targets a split file gives, counted from its text alone: a word-level line is its
     words and its line end; a cap keeps whole lines (the first line end before the text counts

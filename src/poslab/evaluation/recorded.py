@@ -119,8 +119,9 @@ def with_recorded_settings(
         if key == "max_tokens" and value == "auto":
             found, cap = recorded_cap(run_table(ckpt))
             value = cap if found else scored_token_cap("auto", trained_tokens)
-        if key == "lengths" and not value and "factors" in given:
-            continue  # factors typed, lengths not: the typed factors decide
+        if key == "lengths" and "factors" in given:
+            continue  # factors typed, lengths not: the typed factors decide (recorded lengths
+            # would outrank them: eval_lengths reads lengths first)
         if key == "factors" and "lengths" in given:
             continue
         if value != eval_cfg.get(key):
