@@ -153,7 +153,7 @@ def test_jobs_sharing_a_device_share_its_rate():
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["nosuch"], "no study recipe 'nosuch'; choose one of: paper_gpu"),
+        (["nosuch"], "no study recipe 'nosuch'; choose one of: paper_cpu, paper_gpu"),
         (["paper_gpu", "--budget", "0.01"], "more than --budget 0.01; raise --budget"),
         (["paper_gpu", "--gpus", "7"], "--gpus 7: no such GPU on this machine"),
         (["paper_gpu", "pos=alibi"], "pos=alibi: the study's jobs set pos"),
@@ -162,6 +162,9 @@ def test_jobs_sharing_a_device_share_its_rate():
         (["paper_gpu", "trainer.max_steps"], "'trainer.max_steps' is not an override"),
         (["paper_gpu", "--time-limit", "0"], "--time-limit 0: must be > 0 minutes"),
         (["paper_gpu", "--jobs-per-device", "0"], "--jobs-per-device 0: must be ≥ 1"),
+        # once accepted and dropped (#60): every job runs with resume=auto in <out>/runs/<job>/
+        (["paper_gpu", "resume=/some/run"], "resume=/some/run: the study places every job"),
+        (["paper_gpu", "hydra.run.dir=/x"], "hydra.run.dir=/x: the study places every job"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(args, expected, corpus, tmp_path, capsys):
@@ -252,6 +255,33 @@ def test_a_study_folder_resumes_only_its_own_recipe(corpus, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"])
     assert f"--out {out} is a folder that holds no study" in capsys.readouterr().err
+
+
+def test_a_study_folder_resumes_only_its_own_recipe_file(corpus, tmp_path, capsys):
+    """#60: another .yaml named like the recipe that made the folder was taken for it (the
+    name was all that was compared); a copy of the same file, or the file itself, resumes."""
+    first, other = tmp_path / "a" / "two.yaml", tmp_path / "b" / "two.yaml"
+    first.parent.mkdir()
+    other.parent.mkdir()
+    first.write_text(tiny_study(tmp_path).read_text())
+    other.write_text(first.read_text().replace("alibi", "nope"))
+    out = tmp_path / "study"
+    out.mkdir()
+    from poslab.study.driver import recipe_digest
+
+    state = {"recipe": "two", "source": str(first), "source_sha256": recipe_digest(first)}
+    (out / "study.json").write_text(json.dumps({**state, "jobs": {}}))
+    args = [f"data.path={corpus}", *TINY_JOB, "--out", str(out), "--device", "cpu", "--dry-run"]
+    with pytest.raises(SystemExit) as stop:
+        main([str(other), *args])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out} holds the study made by {first}, not by {other}" in err[0]
+    copy = tmp_path / "c" / "two.yaml"
+    copy.parent.mkdir()
+    copy.write_text(first.read_text())
+    assert main([str(copy), *args]) == 0
+    assert main([str(first), *args]) == 0
 
 
 def test_a_job_resumes_only_with_the_settings_its_run_had(corpus, tmp_path, capsys):

@@ -257,6 +257,14 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
 def _check_overrides(study: Study, overrides: list[str]) -> None:
     """A ConfigError for the user's override of an option the jobs set (theirs would win
     silently), or for any `experiment=` besides the study's own (the study names it)."""
+    for given in overrides:
+        key = _key(given)
+        if key == "resume" or key.startswith(("hydra.run.", "hydra.sweep.")):
+            # each job runs with resume=auto in <out>/runs/<job>/: these would be dropped
+            raise ConfigError(
+                f"{given}: the study places every job in <out>/runs/<job>/ and resumes it "
+                "itself (the same command again); drop it, and choose the folder with --out"
+            )
     set_by_jobs = {_key(o) for job in study.jobs for o in job.overrides}
     clash = [o for o in overrides if _key(o) in set_by_jobs]
     if clash:
