@@ -284,6 +284,26 @@ def test_a_study_folder_resumes_only_its_own_recipe_file(corpus, tmp_path, capsy
     assert main([str(first), *args]) == 0
 
 
+def test_a_study_of_extensions_runs_again_and_resumes(corpus, trained_runs, tmp_path, capsys):
+    """#60: a job with extend=PARENT ran once, then the same command was refused ("ran with
+    model_name=tiny, the study now gives model_name=${hydra:runtime.choices.model}"): the
+    child's record holds the parent's architecture, which the study's composition lacked."""
+    parent = trained_runs["rope"][0]
+    recipe = tmp_path / "ext.yaml"
+    recipe.write_text(
+        "experiment: quickstart\n"
+        f"jobs:\n  rope-ext: [extend={parent}, trainer.max_steps=4]\n"
+        "plan: {vocab_size: 100, eval_tokens: 2000, startup_s: 5}\n"
+    )
+    out = tmp_path / "study"
+    args = [str(recipe), f"data.path={corpus}", *TINY_JOB, "--out", str(out), "--device", "cpu"]
+    assert main(args) == 0, capsys.readouterr()
+    assert (out / "runs" / "rope-ext" / RESULT).is_file()
+    capsys.readouterr()
+    assert main(args) == 0, capsys.readouterr().err  # the same command: finished, skipped
+    assert capsys.readouterr().err == ""
+
+
 def test_a_job_resumes_only_with_the_settings_its_run_had(corpus, tmp_path, capsys):
     """A run made by another command (an edited recipe, a copied folder) would merge other
     models into a finished row with exit code 0: its own saved config is compared."""
