@@ -151,6 +151,12 @@ TRAIN_BAD = [
     train_case("extend={file}", expected="is a file, not a run folder"),
     # (TRAIN_BASE names data.path, which a passkey parent's data does not have)
     train_case("extend={task}", expected="data.path is not an option of the parent's data"),
+    # the parent's config says its vocabulary: refused before the corpus is tokenized (#60)
+    train_case(
+        "extend={rope}",
+        "data.vocab_size=1024",
+        expected="extend: data.vocab_size=1024, but the parent trained with data.vocab_size=",
+    ),
     train_case("+pos.scaling.kind=pi", expected="pos.scaling is a train-time RoPE extension"),
     train_case("data.path=/no/such/corpus", expected="data.path=/no/such/corpus does not exist"),
     train_case("data.path={binary}", expected="train.txt"),

@@ -113,6 +113,7 @@ def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | 
     _check_asked_architecture(cfg, parent.config, asked, drope)
     _inherit_data(cfg, parent.config, asked)
     _check_data_kind(cfg, parent.config)
+    _check_asked_vocabulary(cfg, parent, asked)
     if drope:
         pos = _dropped_pos(given, parent, str(setting))
     else:
@@ -332,6 +333,29 @@ def _inherit_data(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> 
         cfg.data.seq_len = seq_len
         for key, value in own.items():
             OmegaConf.update(cfg, key, value, force_add=True)
+
+
+# the data options that decide the token ids (a missing tokenizer_version is version 1)
+VOCABULARY_KEYS = {"vocab_size": None, "tokenizer": None, "tokenizer_version": 1}
+
+
+def _check_asked_vocabulary(cfg: DictConfig, parent: Parent, asked: list[str]) -> None:
+    """A typed data option that gives another vocabulary than the parent's config records is
+    refused here, from the configs alone: check_parent_vocabulary would say so only after the
+    whole corpus was tokenized."""
+    if "data" in [_override_key(o) for o in asked]:  # another data group: checked later
+        return
+    theirs = parent.config.get("data") or {}
+    for key, missing in VOCABULARY_KEYS.items():
+        if not _asks(asked, f"data.{key}"):
+            continue
+        mine, recorded = cfg.data.get(key), theirs.get(key, missing)
+        if str(mine) != str(recorded):  # '2' and 2 are one version
+            raise ConfigError(
+                f"extend: data.{key}={mine}, but the parent trained with data.{key}="
+                f"{recorded} ({parent.vocab_size} tokens); a child reads its parent's tokens: "
+                f"drop data.{key}"
+            )
 
 
 def _check_data_kind(cfg: DictConfig, parent: dict[str, Any]) -> None:
