@@ -185,8 +185,9 @@ BAD_PARENTS = [
     (["extend={rope}", "data=passkey"], "the parent trained on the corpus data="),
     (["extend={rope}", "data.path={other}"], "another tokenizer than the parent's"),
     (
+        # said from the configs, before the corpus is tokenized (#60)
         ["extend={rope}", "data.path={other}", "data.vocab_size=40"],
-        "another vocabulary (40 tokens)",
+        "extend: data.vocab_size=40, but the parent trained with data.vocab_size=",
     ),
     (["+pos.scaling.kind=pi"], "pass extend=RUN"),
     (["extend={rope}", "pos.scaling.kind=pi"], "write it with a leading +: +pos.scaling.kind=pi"),
