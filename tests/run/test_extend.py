@@ -154,9 +154,9 @@ def test_the_child_reads_its_parents_corpus_under_its_own_data_keys(corpus, pare
     assert named.data.get("path") != theirs["path"]
 
 
-def unfinished(parent: Path, to: Path) -> Path:
+def unfinished(parent: Path, to: Path, status: str = "interrupted") -> Path:
     shutil.copytree(parent, to)
-    (to / "status.json").write_text(json.dumps({"status": "interrupted", "step": 3}))
+    (to / "status.json").write_text(json.dumps({"status": status, "step": 3}))
     return to
 
 
@@ -171,6 +171,9 @@ def without_checkpoint(parent: Path, to: Path) -> Path:
 BAD_PARENTS = [
     (["extend={unfinished}"], "that run is interrupted, not completed; finish it first"),
     (["extend={bare}"], "the run has no checkpoints/last.ckpt to start from"),
+    # a SIGKILLed run (status still `running`, no lock held), a damaged last.ckpt (#60)
+    (["extend={killed}"], "that run stopped unfinished (its status says running, but no"),
+    (["extend={cut}"], "its checkpoints/last.ckpt is corrupt or incomplete, and extend= starts"),
     (["extend={corpus}"], "is not a run folder (no status.json)"),
     (["extend={rope}", "model.d_model=128"], "model.d_model=128 differs from the parent's"),
     (["extend={rope}", "pos=alibi"], "pos=alibi differs from the parent's pos=rope"),
@@ -213,6 +216,13 @@ def test_a_parent_it_cannot_extend_is_one_line_before_any_work(
         "unfinished": str(unfinished(parents["rope"], tmp_path / "unfinished")),
         "bare": str(without_checkpoint(parents["rope"], tmp_path / "bare")),
     }
+    if "{killed}" in args[0]:
+        values["killed"] = str(unfinished(parents["rope"], tmp_path / "killed", "running"))
+    if "{cut}" in args[0]:
+        cut = without_checkpoint(parents["rope"], tmp_path / "cut")
+        good = (parents["rope"] / "checkpoints" / "last.ckpt").read_bytes()
+        (cut / "checkpoints" / "last.ckpt").write_bytes(good[: len(good) // 2])
+        values["cut"] = str(cut)
     made_when_named = {  # session fixtures that train: only for the cases that name them
         "mrope": lambda: request.getfixturevalue("mrope_runs")["mrope"],
         "child": lambda: request.getfixturevalue("yarn_child"),

@@ -177,6 +177,13 @@ def read_parent(setting: str) -> Parent:
             f"extend={setting} is not a run folder (no {STATUS_FILE}); pass the folder of a "
             "finished training run"
         )
+    if status == "running" and not _held(folder):
+        # a SIGKILLed (or lost) run leaves its status at `running`: no process holds it now
+        raise ConfigError(
+            f"extend={setting}: that run stopped unfinished (its status says running, but no "
+            f"process holds it: killed?); finish it first (python train.py resume={setting}) "
+            "or extend a completed run"
+        )
     if status != "completed":
         raise ConfigError(
             f"extend={setting}: that run is {status}, not completed; finish it first (python "
@@ -190,8 +197,34 @@ def read_parent(setting: str) -> Parent:
         )
     from poslab.model.build import read_checkpoint
 
-    ckpt = read_checkpoint(path)
+    try:
+        ckpt = read_checkpoint(path)
+    except ConfigError as err:
+        if "corrupt or incomplete" not in str(err):
+            raise
+        # read_checkpoint's advice (pass best.ckpt) fits eval.py's ckpt=, not extend=RUN
+        best = folder / "checkpoints" / "best.ckpt"
+        instead = f", or copy {best} over it to start from the run's best weights instead"
+        raise ConfigError(
+            f"extend={setting}: its {PARENT_CHECKPOINT} is corrupt or incomplete, and extend= "
+            f"starts from that file; put back an intact copy{instead if best.is_file() else ''}"
+        ) from None
     return Parent(folder.resolve(), path.resolve(), file_sha256(path), ckpt)
+
+
+def _held(folder: Path) -> bool:
+    """Whether a training process holds the run folder's lock (the OS drops it at death)."""
+    from poslab.errors import RunBusy
+    from poslab.run.run_folder import RunLock
+
+    lock = RunLock(folder)
+    try:
+        lock.acquire()
+    except RunBusy:
+        return True
+    lock.put_back()
+    lock.release()
+    return False
 
 
 def file_sha256(path: Path) -> str:
