@@ -154,6 +154,25 @@ def test_the_child_reads_its_parents_corpus_under_its_own_data_keys(corpus, pare
     assert named.data.get("path") != theirs["path"]
 
 
+def test_a_child_at_the_default_length_is_said(corpus, parents, tmp_path, caplog):
+    """#60: without data.seq_len a child trained at the data group's default (256), not its
+    parent's L (16), and nothing said so."""
+    from poslab.run.extend import inherit_parent
+
+    asked = ["pos=rope", "model=tiny", f"extend={parents['rope']}", f"data.path={corpus}"]
+    cfg = compose_train(asked, tmp_path)
+    with caplog.at_level("WARNING", logger="poslab.run.extend"):
+        inherit_parent(cfg, asked)
+    said = f"the child trains at the data group's default {cfg.data.seq_len}, not the parent's 16"
+    assert said in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="poslab.run.extend"):
+        inherit_parent(
+            compose_train([*asked, "data.seq_len=32"], tmp_path), [*asked, "data.seq_len=32"]
+        )
+    assert "no data.seq_len given" not in caplog.text
+
+
 def unfinished(parent: Path, to: Path, status: str = "interrupted") -> Path:
     shutil.copytree(parent, to)
     (to / "status.json").write_text(json.dumps({"status": status, "step": 3}))

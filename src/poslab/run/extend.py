@@ -132,6 +132,16 @@ def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | 
                 cfg[name] = parent.config.get(name) or cfg[name]
         if drope and not _asks(asked, "data.seq_len"):  # recalibrated at the parent's L
             cfg.data.seq_len = int(parent.config["data"]["seq_len"])
+        theirs = int(parent.config["data"]["seq_len"])
+        if not _asks(asked, "data.seq_len") and int(cfg.data.seq_len) != theirs:
+            # an extension is asked by its length: a default length is said, not silent
+            log.warning(
+                "extend=%s: no data.seq_len given, so the child trains at the data group's "
+                "default %d, not the parent's %d; set data.seq_len to choose",
+                setting,
+                cfg.data.seq_len,
+                theirs,
+            )
         _fine_tuning_defaults(cfg, parent.config, asked)
     log.info("extend=%s: starting from %s (sha256 %s)", setting, parent.checkpoint, parent.sha256)
     return parent
