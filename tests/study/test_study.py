@@ -603,3 +603,22 @@ def test_a_study_evaluates_every_finished_job_again_and_merges_each_evaluation(c
     result = budget_report([dest / "evals" / "test"], tmp_path / "budget", "rope", "two budgets")
     assert [r["steps"] for r in result["budgets"]] == [10, 20]
     assert (tmp_path / "budget" / "budget.png").stat().st_size > 0
+
+
+def test_a_row_name_keeps_every_option_but_the_length():
+    """#60: a job with pos.base=500 was labelled `rope (L=128)` and pos.base appeared nowhere
+    in comparison.md: only the training length is shortened."""
+    from poslab.study.report import short_names
+
+    trained = {
+        "rope [data.seq_len=64]": 64,
+        "alibi [data.seq_len=64]": 64,
+        "rope [data.seq_len=128, pos.base=500]": 128,
+        "rope [data.seq_len=64, pos.base=500]": 64,
+    }
+    assert short_names(trained) == {
+        "rope [data.seq_len=64]": "rope",
+        "alibi [data.seq_len=64]": "alibi",
+        "rope [data.seq_len=128, pos.base=500]": "rope [pos.base=500] (L=128)",
+        "rope [data.seq_len=64, pos.base=500]": "rope [pos.base=500]",
+    }

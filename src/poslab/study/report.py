@@ -153,17 +153,29 @@ def row_names(runs: list[Path]) -> dict[str, str]:
     row at the study's usual length keeps the scheme's name, the other reads `scheme (L=8192)`,
     instead of compare.py's list of every option in which the runs differ. {} where those names
     would not tell the rows apart."""
-    from collections import Counter
-
     from poslab.report.compare import label_rows
 
     trained = {r["scheme"]: r["train_length"] for r in label_rows([r / RESULT for r in runs])}
+    return short_names(trained)
+
+
+def short_names(trained: dict[str, int]) -> dict[str, str]:
+    """row_names from compare.py's labels (`rope [data.seq_len=128, pos.base=500]`) and their
+    training lengths: only the length is shortened to `(L=…)`; every other option in which the
+    rows differ stays in the name (a `pos.base=500` row once read `rope (L=128)`)."""
+    from collections import Counter
+
     usual = Counter(trained.values()).most_common(1)[0][0]
     names = {}
     for label, length in trained.items():
-        base = label.split(" [", 1)[0]
-        if label != base:
-            names[label] = base if length == usual else f"{base} (L={length})"
+        base, _, options = label.partition(" [")
+        if not options:
+            continue
+        kept = [
+            o for o in options.removesuffix("]").split(", ") if not o.startswith("data.seq_len=")
+        ]
+        name = f"{base} [{', '.join(kept)}]" if kept else base
+        names[label] = name if length == usual else f"{name} (L={length})"
     shown = [names.get(label, label) for label in trained]
     return names if len(set(shown)) == len(shown) else {}
 
