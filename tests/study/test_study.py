@@ -622,3 +622,17 @@ def test_a_row_name_keeps_every_option_but_the_length():
         "rope [data.seq_len=128, pos.base=500]": "rope [pos.base=500] (L=128)",
         "rope [data.seq_len=64, pos.base=500]": "rope [pos.base=500]",
     }
+
+
+def test_a_completed_job_without_its_result_is_told_what_helps(tmp_path):
+    """#60: a finished job whose extrapolation.json was deleted was told to re-run the study,
+    which skips it again (exit 1 each time): study.md now says what helps."""
+    from poslab.study.report import _why_missing, missing_section
+
+    run = tmp_path / "runs" / "rope-s1"
+    run.mkdir(parents=True)
+    why = _why_missing(run, {"status": "completed"}, {})
+    assert "running the study again skips a completed job: restore that file" in why
+    assert f"or delete {run} to train the job again" in why
+    assert "Resume them" not in missing_section([("rope-s1", why)], 2, "python study.py x")
+    assert "Resume them" in missing_section([("a", why), ("b", "not started")], 2, "cmd")

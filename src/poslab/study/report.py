@@ -15,6 +15,8 @@ from poslab.study.folders import checkpoint_step, eval_folder, evals_missing, jo
 from poslab.study.plan import Plan, PlannedJob
 
 RESULT = Path("extrapolation") / "extrapolation.json"
+# what a job whose run completed without its result is told: the study's command skips it
+SKIPPED = "running the study again skips a completed job"
 
 
 def flops_per_token(planned: Any, run: Path, plan: dict[str, Any]) -> float:
@@ -32,7 +34,8 @@ def flops_per_token(planned: Any, run: Path, plan: dict[str, Any]) -> float:
 def missing_section(missing: list[tuple[str, str]], total: int, resume: str) -> str:
     lines = [f"\n\n### jobs without a result ({len(missing)} of {total})\n"]
     lines += [f"- {name}: {why}" for name, why in missing]
-    lines.append(f"\nResume them (finished jobs are skipped): `{resume}`")
+    if any(SKIPPED not in why for _, why in missing):  # a re-run helps only those
+        lines.append(f"\nResume them (finished jobs are skipped): `{resume}`")
     return "\n".join(lines)
 
 
@@ -94,7 +97,11 @@ def _why_missing(run: Path, status: dict[str, Any], entry: dict[str, Any]) -> st
     if status.get("status") == "completed" and (run / RESULT).is_file():
         return None
     if status.get("status") == "completed":
-        return f"completed, but {run / RESULT} is missing"
+        # a re-run skips a completed job (train.py resume= on it writes nothing): say what helps
+        return (
+            f"completed, but {run / RESULT} is missing; {SKIPPED}: restore that file, or "
+            f"delete {run} to train the job again"
+        )
     step = checkpoint_step(run)
     why = entry.get("why") or ("not started" if not status else status.get("status"))
     where = f", last checkpoint at step {step}" if step else ""
