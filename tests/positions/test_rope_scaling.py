@@ -231,6 +231,11 @@ def test_an_option_the_kind_does_not_read_is_refused():
             eval_overrides(eval_cfg(rope_scaling=scaling), rotary, 256, 64)
     with pytest.raises(ConfigError, match="pos.scaling.group=2 is an option of selfextend"):
         train_scaling_options({"kind": "pi", "group": 2})
+    # a train-time kind is told its own keys (#60: longrope was told eval.rope_scaling.*)
+    with pytest.raises(ConfigError) as told:
+        train_scaling_options({"kind": "longrope"})
+    assert "+pos.scaling.long_factor and short_factor" in str(told.value)
+    assert "eval.rope_scaling" not in str(told.value)
     at_defaults = {"kind": "string", "beta_fast": 32, "beta_slow": 1, "factor": "auto"}
     assert eval_overrides(eval_cfg(rope_scaling=at_defaults), rotary, 256, 64)["scaling"]
 

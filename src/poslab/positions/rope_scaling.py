@@ -366,5 +366,9 @@ def train_scaling_options(given: Any) -> dict[str, Any]:
         RopeScaling(**{**options, "factor": 1.0, "train_length": 1})  # every other option
     except TypeError as err:
         raise ConfigError(f"pos.scaling: {err}") from None
+    except ConfigError as err:
+        # the kinds name their options as eval.rope_scaling.*; here they are +pos.scaling.*
+        said = str(err).replace("eval.rope_scaling.", "+pos.scaling.")
+        raise ConfigError(said) from None
     check_unread(options, "pos.scaling")
     return options
