@@ -163,6 +163,13 @@ TRAIN_BAD = [
     train_case("data.path={latin1}", expected="valid.txt"),
     train_case("data.path={blank}", expected="valid.txt"),
     train_case("pos=alibi", "eval.rope_scaling.kind=pi", expected="act on rotary schemes"),
+    # a scheme that reads no positions: said first, not "no such key … use +" (#60)
+    train_case(
+        "pos=path_attn",
+        "pos.randomize_max=64",
+        expected="pos.randomize_max: PaTH reads no positions",
+        absent="no such key",
+    ),
     train_case("eval.gain_threshold=5", expected="eval.gain_threshold=5 is read only by context"),
     train_case("pos=rope", "pos.theta_param=exp", expected="pos.theta_param='exp'"),
     train_case("pos=alibi", "pos.position_dtype=fp16", expected="pos.position_dtype='fp16'"),
