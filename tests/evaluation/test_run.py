@@ -402,3 +402,22 @@ def test_a_checkpoint_without_a_tokenizer_record_is_refused_once_its_corpus_chan
     train.write_text(" zq zr zs the .\n" * 50 + train.read_text())
     with pytest.raises(ConfigError, match="holds no record of its tokenizer .* corpus changed"):
         evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, None)
+
+
+def test_a_whole_eval_group_says_which_recorded_settings_it_replaces(tmp_path, capsys):
+    """#60: `eval=default` dropped every recorded setting without the "scoring as" line."""
+    from omegaconf import OmegaConf
+
+    from poslab.evaluation.plan import recorded_settings
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    config = {
+        "data": {"seq_len": 16, "batch_size": 4},
+        "trainer": {},
+        "eval": {"factors": [1, 2], "max_tokens": 1000, "split": "validation"},
+    }
+    asked = OmegaConf.create({"factors": [1, 2, 4], "max_tokens": None, "split": "validation"})
+    cfg = recorded_settings(asked, config, ckpt, {"*"}, {"global_step": 10})
+    assert list(cfg.factors) == [1, 2, 4]  # the group given wins, as before
+    out = capsys.readouterr().out
+    assert "not as the run's own evaluation did: eval.factors=[1,2] eval.max_tokens=1000" in out

@@ -160,8 +160,14 @@ def recorded_settings(
     eval_cfg: Any, config: dict[str, Any], ckpt: Path, given: set[str], checkpoint: dict
 ) -> Any:
     """eval_cfg with the run's recorded scoring options where none was given, said in a line."""
-    from poslab.evaluation.recorded import with_recorded_settings
+    from poslab.evaluation.recorded import replaced_settings, with_recorded_settings
 
+    if "*" in given and (replaced := replaced_settings(eval_cfg, config)):
+        print(
+            f"scoring as the eval group given says, not as the run's own evaluation did: "
+            f"{' '.join(replaced)} (the run's record) not taken; type any of them to keep it",
+            flush=True,
+        )
     data = config["data"]
     accumulate = int(config["trainer"].get("accumulate_grad_batches") or 1)
     steps = int(checkpoint.get("global_step") or 0)

@@ -132,6 +132,19 @@ def with_recorded_settings(
     return merged, [f"eval.{k}={shown(v)}" for k, v in taken.items()]
 
 
+def replaced_settings(eval_cfg: Any, config: dict[str, Any]) -> list[str]:
+    """With a whole eval group given (`eval=default`), the run's recorded scoring settings that
+    the group replaces, as `key=value` (for the line that says so: silently, a re-evaluation
+    scored other tokens than the run's table)."""
+    recorded = config.get("eval") or {}
+    keys = list(LENGTH_KEYS) + list(TASK_KEYS if "task" in config["data"] else CORPUS_KEYS)
+    return [
+        f"eval.{k}={shown(recorded[k])}"
+        for k in keys
+        if k in recorded and recorded[k] != eval_cfg.get(k)
+    ]
+
+
 def comparison_lines(rows: list[dict[str, Any]], table: list[dict[str, Any]] | None) -> list[str]:
     """Each scored row beside the run's own row scored on the same tokens (mode, length, split,
     cap, stride, offset): the run's number, this one, and the relative change. Rows without a
