@@ -421,3 +421,24 @@ def test_a_whole_eval_group_says_which_recorded_settings_it_replaces(tmp_path, c
     assert list(cfg.factors) == [1, 2, 4]  # the group given wins, as before
     out = capsys.readouterr().out
     assert "not as the run's own evaluation did: eval.factors=[1,2] eval.max_tokens=1000" in out
+
+
+def test_a_recorded_short_context_that_clashes_is_said_to_come_from_the_run(tmp_path):
+    """#60: a recorded short_context=8 with a typed eval.modes=[sliding] was refused as if the
+    8 had been typed."""
+    from omegaconf import OmegaConf
+
+    from poslab.errors import ConfigError
+    from poslab.evaluation.plan import recorded_settings
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    config = {
+        "data": {"seq_len": 16, "batch_size": 4},
+        "trainer": {},
+        "eval": {"short_context": 8, "modes": ["nonoverlapping"]},
+    }
+    asked = OmegaConf.create({"short_context": None, "modes": ["sliding"]})
+    with pytest.raises(ConfigError) as refused:
+        recorded_settings(asked, config, ckpt, {"modes"}, {"global_step": 10})
+    assert "(eval.short_context=8, taken from the run's record)" in str(refused.value)
+    assert "or set eval.short_context=null" in str(refused.value)

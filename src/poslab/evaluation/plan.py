@@ -173,6 +173,17 @@ def recorded_settings(
     steps = int(checkpoint.get("global_step") or 0)
     trained = steps * int(data["batch_size"]) * int(data["seq_len"]) * accumulate or None
     eval_cfg, taken = with_recorded_settings(eval_cfg, config, ckpt, given, trained)
+    short = eval_cfg.get("short_context")
+    came = any(t.startswith("eval.short_context=") for t in taken)
+    if came and short and "nonoverlapping" not in list(eval_cfg.modes or []):
+        # check_short_context would refuse it as if typed: say where the c came from
+        modes = ",".join(map(str, eval_cfg.modes or []))
+        raise ConfigError(
+            f"eval.modes=[{modes}]: the run's own evaluation measured context use "
+            f"(eval.short_context={short}, taken from the run's record), which needs "
+            "non-overlapping rows; add nonoverlapping to eval.modes, or set "
+            "eval.short_context=null"
+        )
     if taken:
         print(
             f"scoring as the run's own evaluation did: {' '.join(taken)} (the run's record; "
