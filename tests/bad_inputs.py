@@ -151,12 +151,26 @@ TRAIN_BAD = [
     train_case("extend={file}", expected="is a file, not a run folder"),
     # (TRAIN_BASE names data.path, which a passkey parent's data does not have)
     train_case("extend={task}", expected="data.path is not an option of the parent's data"),
+    # the parent's config says its vocabulary: refused before the corpus is tokenized (#60)
+    train_case(
+        "extend={rope}",
+        "data.vocab_size=1024",
+        expected="extend: data.vocab_size=1024, but the parent trained with data.vocab_size=",
+    ),
     train_case("+pos.scaling.kind=pi", expected="pos.scaling is a train-time RoPE extension"),
     train_case("data.path=/no/such/corpus", expected="data.path=/no/such/corpus does not exist"),
     train_case("data.path={binary}", expected="train.txt"),
     train_case("data.path={latin1}", expected="valid.txt"),
     train_case("data.path={blank}", expected="valid.txt"),
     train_case("pos=alibi", "eval.rope_scaling.kind=pi", expected="act on rotary schemes"),
+    # a scheme that reads no positions: said first, not "no such key … use +" (#60)
+    train_case(
+        "pos=path_attn",
+        "pos.randomize_max=64",
+        expected="pos.randomize_max: PaTH reads no positions",
+        absent="no such key",
+    ),
+    train_case("eval.gain_threshold=5", expected="eval.gain_threshold=5 is read only by context"),
     train_case("pos=rope", "pos.theta_param=exp", expected="pos.theta_param='exp'"),
     train_case("pos=alibi", "pos.position_dtype=fp16", expected="pos.position_dtype='fp16'"),
     # found by the second reliability pass: each was a traceback, or failed after training
@@ -235,6 +249,25 @@ EVAL_BAD = [
         "eval.rope_scaling.kind=string",
         "eval.rope_scaling.local=1000",
         expected="local=1000 must be at most shift=5 (int(0.33 · L) at L = 16)",
+    ),
+    # options that would change nothing (#60): another kind's option, a factor string ignores,
+    # a gain threshold without context use
+    eval_case(
+        "run={rope}",
+        "eval.rope_scaling.kind=yarn",
+        "eval.rope_scaling.shift=5",
+        expected="eval.rope_scaling.shift=5 is an option of string, which kind=yarn does not read",
+    ),
+    eval_case(
+        "run={rope}",
+        "eval.rope_scaling.kind=string",
+        "eval.rope_scaling.factor=4",
+        expected="eval.rope_scaling.factor=4: kind=string reads no factor",
+    ),
+    eval_case(
+        "run={rope}",
+        "eval.gain_threshold=5",
+        expected="eval.gain_threshold=5 is read only by context use; set eval.short_context",
     ),
     eval_case("run={rope}", "eval.short_context=0", expected="eval.short_context=0 must be an"),
     # a context-use setting that would measure no row (#45)

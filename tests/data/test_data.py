@@ -368,6 +368,8 @@ def test_the_cache_folder_follows_the_tokenizer_version_of_word_vocabularies(cor
     assert TokenCache.from_config({"name": "toy", **base}).settings["tokenizer_version"] == 1
     with pytest.raises(ConfigError, match="data.tokenizer_version=3"):
         TokenCache("toy", **base, tokenizer_version=3)
+    # quoted on a command line (data.tokenizer_version='2'): version 2, not "not one of 1, 2"
+    assert TokenCache("toy", **base, tokenizer_version="2").folder == word[2]
 
 
 def test_a_composed_run_config_uses_the_fixed_vocabulary(tmp_path):

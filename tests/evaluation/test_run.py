@@ -307,6 +307,24 @@ def test_a_recorded_auto_cap_is_the_cap_the_runs_table_was_scored_under(tmp_path
     assert taken == ["eval.factors=[1,2]"]
 
 
+def test_typed_factors_win_over_recorded_lengths(tmp_path):
+    """#60: `eval.py run=RUN eval.factors=[1,2]` on a run that recorded eval.lengths=[32,64,128]
+    scored the recorded lengths: the typed factors must decide the lengths."""
+    from omegaconf import OmegaConf
+
+    from poslab.evaluation.recorded import with_recorded_settings
+    from poslab.run.validate import eval_lengths
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    config = {"data": {"seq_len": 16}, "eval": {"lengths": [32, 64, 128], "factors": [1, 2, 4]}}
+    asked = OmegaConf.create({"factors": [1, 2], "lengths": None})
+    cfg, taken = with_recorded_settings(asked, config, ckpt, {"factors"}, trained_tokens=10**6)
+    assert (eval_lengths(cfg, 16), taken) == ([16, 32], [])
+    # neither typed: the run's own lengths, as before
+    cfg, taken = with_recorded_settings(asked, config, ckpt, set(), trained_tokens=10**6)
+    assert eval_lengths(cfg, 16) == [32, 64, 128]
+
+
 def _scored_tokens_of_the_text(path, cap):
     """The targets a split file gives, counted from its text alone: a word-level line is its
     words and its line end; a cap keeps whole lines (the first line end before the text counts
@@ -384,3 +402,43 @@ def test_a_checkpoint_without_a_tokenizer_record_is_refused_once_its_corpus_chan
     train.write_text(" zq zr zs the .\n" * 50 + train.read_text())
     with pytest.raises(ConfigError, match="holds no record of its tokenizer .* corpus changed"):
         evaluate_text(plan_checkpoint(ckpt, eval_cfg(factors=[1])), None, None)
+
+
+def test_a_whole_eval_group_says_which_recorded_settings_it_replaces(tmp_path, capsys):
+    """#60: `eval=default` dropped every recorded setting without the "scoring as" line."""
+    from omegaconf import OmegaConf
+
+    from poslab.evaluation.plan import recorded_settings
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    config = {
+        "data": {"seq_len": 16, "batch_size": 4},
+        "trainer": {},
+        "eval": {"factors": [1, 2], "max_tokens": 1000, "split": "validation"},
+    }
+    asked = OmegaConf.create({"factors": [1, 2, 4], "max_tokens": None, "split": "validation"})
+    cfg = recorded_settings(asked, config, ckpt, {"*"}, {"global_step": 10})
+    assert list(cfg.factors) == [1, 2, 4]  # the group given wins, as before
+    out = capsys.readouterr().out
+    assert "not as the run's own evaluation did: eval.factors=[1,2] eval.max_tokens=1000" in out
+
+
+def test_a_recorded_short_context_that_clashes_is_said_to_come_from_the_run(tmp_path):
+    """#60: a recorded short_context=8 with a typed eval.modes=[sliding] was refused as if the
+    8 had been typed."""
+    from omegaconf import OmegaConf
+
+    from poslab.errors import ConfigError
+    from poslab.evaluation.plan import recorded_settings
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    config = {
+        "data": {"seq_len": 16, "batch_size": 4},
+        "trainer": {},
+        "eval": {"short_context": 8, "modes": ["nonoverlapping"]},
+    }
+    asked = OmegaConf.create({"short_context": None, "modes": ["sliding"]})
+    with pytest.raises(ConfigError) as refused:
+        recorded_settings(asked, config, ckpt, {"modes"}, {"global_step": 10})
+    assert "(eval.short_context=8, taken from the run's record)" in str(refused.value)
+    assert "or set eval.short_context=null" in str(refused.value)

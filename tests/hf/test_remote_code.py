@@ -18,6 +18,7 @@ from conftest import SCHEMES
 from exported_models import SEQ_LEN, VOCAB, run_config, trained_looking, word_tokenizer
 
 from poslab.data.tokens import EOS
+from poslab.errors import ConfigError
 from poslab.hf.bundle import ALLOWED
 from poslab.hf.export import export_custom_code
 from poslab.model.build import build_model
@@ -273,3 +274,19 @@ def test_a_bpe_run_exports_its_tokenizer_with_poslabs_ids(corpus, tmp_path, monk
         assert (loaded(input_ids=prompt).logits - model(prompt)).abs().max() <= 1e-5
     text = theirs.decode(loaded.generate(prompt, do_sample=False, max_new_tokens=4)[0])
     assert text.startswith(theirs.decode(ids))
+
+
+def test_an_export_with_broken_model_code_is_told_so(tmp_path):
+    """#60: an export whose modeling file was broken was reported as "could not load its
+    weights"; the line names the code file."""
+    from poslab.hf.pretrained import load_pretrained
+
+    config = run_config("alibi", "auto", {})
+    folder = tmp_path / "broken_export"
+    export_custom_code(trained_looking(config), config, word_tokenizer(), folder)
+    (code,) = [p for p in folder.glob("modeling_*.py")]
+    code.write_text(code.read_text() + "\nraise RuntimeError('edited by hand')\n")
+    with pytest.raises(ConfigError) as refused:
+        load_pretrained(str(folder), torch.device("cpu"), "32-true", trust_remote_code=True)
+    assert f"its model code {code.name} failed to run" in str(refused.value)
+    assert "weights" not in str(refused.value)

@@ -19,6 +19,7 @@ from poslab.positions.rope_scaling import (
     eval_variant_label,
     eval_variant_options,
     resolve_factor,
+    train_scaling_options,
 )
 
 D_MODEL, N_HEAD = 64, 4  # head_dim 16
@@ -213,6 +214,30 @@ def test_bad_scaling_options_are_one_line_errors():
             eval_overrides(eval_cfg(rope_scaling=scaling), rotary, 256, 64)
     with pytest.raises(ConfigError, match="defined for plain rotary"):
         build_scheme("xpos", D_MODEL, N_HEAD, scaling={"kind": "rerope", "train_length": 64})
+
+
+def test_an_option_the_kind_does_not_read_is_refused():
+    """#60: `kind=yarn shift=5` (STRING's S) and `kind=string factor=4` were accepted and
+    scored as plain yarn and plain STRING; an option at its default (beta_fast 32, which every
+    recorded config holds) stays accepted."""
+    rotary = {"_target_": "poslab.positions.rope.Rotary"}
+    for scaling, match in [
+        ({"kind": "yarn", "shift": 5}, "shift=5 is an option of string, which kind=yarn does not"),
+        ({"kind": "string", "factor": 4}, "factor=4: kind=string reads no factor"),
+        ({"kind": "none", "window": 8}, "window=8 is an option of dpe, lminfinite, rerope"),
+        ({"kind": "pi", "beta_fast": 64}, "beta_fast=64 is an option of yarn"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            eval_overrides(eval_cfg(rope_scaling=scaling), rotary, 256, 64)
+    with pytest.raises(ConfigError, match="pos.scaling.group=2 is an option of selfextend"):
+        train_scaling_options({"kind": "pi", "group": 2})
+    # a train-time kind is told its own keys (#60: longrope was told eval.rope_scaling.*)
+    with pytest.raises(ConfigError) as told:
+        train_scaling_options({"kind": "longrope"})
+    assert "+pos.scaling.long_factor and short_factor" in str(told.value)
+    assert "eval.rope_scaling" not in str(told.value)
+    at_defaults = {"kind": "string", "beta_fast": 32, "beta_slow": 1, "factor": "auto"}
+    assert eval_overrides(eval_cfg(rope_scaling=at_defaults), rotary, 256, 64)["scaling"]
 
 
 @pytest.mark.parametrize(

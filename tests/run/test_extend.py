@@ -154,9 +154,28 @@ def test_the_child_reads_its_parents_corpus_under_its_own_data_keys(corpus, pare
     assert named.data.get("path") != theirs["path"]
 
 
-def unfinished(parent: Path, to: Path) -> Path:
+def test_a_child_at_the_default_length_is_said(corpus, parents, tmp_path, caplog):
+    """#60: without data.seq_len a child trained at the data group's default (256), not its
+    parent's L (16), and nothing said so."""
+    from poslab.run.extend import inherit_parent
+
+    asked = ["pos=rope", "model=tiny", f"extend={parents['rope']}", f"data.path={corpus}"]
+    cfg = compose_train(asked, tmp_path)
+    with caplog.at_level("WARNING", logger="poslab.run.extend"):
+        inherit_parent(cfg, asked)
+    said = f"the child trains at the data group's default {cfg.data.seq_len}, not the parent's 16"
+    assert said in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="poslab.run.extend"):
+        inherit_parent(
+            compose_train([*asked, "data.seq_len=32"], tmp_path), [*asked, "data.seq_len=32"]
+        )
+    assert "no data.seq_len given" not in caplog.text
+
+
+def unfinished(parent: Path, to: Path, status: str = "interrupted") -> Path:
     shutil.copytree(parent, to)
-    (to / "status.json").write_text(json.dumps({"status": "interrupted", "step": 3}))
+    (to / "status.json").write_text(json.dumps({"status": status, "step": 3}))
     return to
 
 
@@ -171,6 +190,9 @@ def without_checkpoint(parent: Path, to: Path) -> Path:
 BAD_PARENTS = [
     (["extend={unfinished}"], "that run is interrupted, not completed; finish it first"),
     (["extend={bare}"], "the run has no checkpoints/last.ckpt to start from"),
+    # a SIGKILLed run (status still `running`, no lock held), a damaged last.ckpt (#60)
+    (["extend={killed}"], "that run stopped unfinished (its status says running, but no"),
+    (["extend={cut}"], "its checkpoints/last.ckpt is corrupt or incomplete, and extend= starts"),
     (["extend={corpus}"], "is not a run folder (no status.json)"),
     (["extend={rope}", "model.d_model=128"], "model.d_model=128 differs from the parent's"),
     (["extend={rope}", "pos=alibi"], "pos=alibi differs from the parent's pos=rope"),
@@ -185,8 +207,9 @@ BAD_PARENTS = [
     (["extend={rope}", "data=passkey"], "the parent trained on the corpus data="),
     (["extend={rope}", "data.path={other}"], "another tokenizer than the parent's"),
     (
+        # said from the configs, before the corpus is tokenized (#60)
         ["extend={rope}", "data.path={other}", "data.vocab_size=40"],
-        "another vocabulary (40 tokens)",
+        "extend: data.vocab_size=40, but the parent trained with data.vocab_size=",
     ),
     (["+pos.scaling.kind=pi"], "pass extend=RUN"),
     (["extend={rope}", "pos.scaling.kind=pi"], "write it with a leading +: +pos.scaling.kind=pi"),
@@ -212,6 +235,13 @@ def test_a_parent_it_cannot_extend_is_one_line_before_any_work(
         "unfinished": str(unfinished(parents["rope"], tmp_path / "unfinished")),
         "bare": str(without_checkpoint(parents["rope"], tmp_path / "bare")),
     }
+    if "{killed}" in args[0]:
+        values["killed"] = str(unfinished(parents["rope"], tmp_path / "killed", "running"))
+    if "{cut}" in args[0]:
+        cut = without_checkpoint(parents["rope"], tmp_path / "cut")
+        good = (parents["rope"] / "checkpoints" / "last.ckpt").read_bytes()
+        (cut / "checkpoints" / "last.ckpt").write_bytes(good[: len(good) // 2])
+        values["cut"] = str(cut)
     made_when_named = {  # session fixtures that train: only for the cases that name them
         "mrope": lambda: request.getfixturevalue("mrope_runs")["mrope"],
         "child": lambda: request.getfixturevalue("yarn_child"),

@@ -153,7 +153,7 @@ def test_jobs_sharing_a_device_share_its_rate():
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["nosuch"], "no study recipe 'nosuch'; choose one of: paper_gpu"),
+        (["nosuch"], "no study recipe 'nosuch'; choose one of: paper_cpu, paper_gpu"),
         (["paper_gpu", "--budget", "0.01"], "more than --budget 0.01; raise --budget"),
         (["paper_gpu", "--gpus", "7"], "--gpus 7: no such GPU on this machine"),
         (["paper_gpu", "pos=alibi"], "pos=alibi: the study's jobs set pos"),
@@ -162,6 +162,9 @@ def test_jobs_sharing_a_device_share_its_rate():
         (["paper_gpu", "trainer.max_steps"], "'trainer.max_steps' is not an override"),
         (["paper_gpu", "--time-limit", "0"], "--time-limit 0: must be > 0 minutes"),
         (["paper_gpu", "--jobs-per-device", "0"], "--jobs-per-device 0: must be ≥ 1"),
+        # once accepted and dropped (#60): every job runs with resume=auto in <out>/runs/<job>/
+        (["paper_gpu", "resume=/some/run"], "resume=/some/run: the study places every job"),
+        (["paper_gpu", "hydra.run.dir=/x"], "hydra.run.dir=/x: the study places every job"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(args, expected, corpus, tmp_path, capsys):
@@ -262,6 +265,53 @@ def test_a_study_folder_resumes_only_its_own_recipe(corpus, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["paper_gpu", f"data.path={corpus}", "--out", str(out), "--dry-run"])
     assert f"--out {out} is a folder that holds no study" in capsys.readouterr().err
+
+
+def test_a_study_folder_resumes_only_its_own_recipe_file(corpus, tmp_path, capsys):
+    """#60: another .yaml named like the recipe that made the folder was taken for it (the
+    name was all that was compared); a copy of the same file, or the file itself, resumes."""
+    first, other = tmp_path / "a" / "two.yaml", tmp_path / "b" / "two.yaml"
+    first.parent.mkdir()
+    other.parent.mkdir()
+    first.write_text(tiny_study(tmp_path).read_text())
+    other.write_text(first.read_text().replace("alibi", "nope"))
+    out = tmp_path / "study"
+    out.mkdir()
+    from poslab.study.driver import recipe_digest
+
+    state = {"recipe": "two", "source": str(first), "source_sha256": recipe_digest(first)}
+    (out / "study.json").write_text(json.dumps({**state, "jobs": {}}))
+    args = [f"data.path={corpus}", *TINY_JOB, "--out", str(out), "--device", "cpu", "--dry-run"]
+    with pytest.raises(SystemExit) as stop:
+        main([str(other), *args])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out} holds the study made by {first}, not by {other}" in err[0]
+    copy = tmp_path / "c" / "two.yaml"
+    copy.parent.mkdir()
+    copy.write_text(first.read_text())
+    assert main([str(copy), *args]) == 0
+    assert main([str(first), *args]) == 0
+
+
+def test_a_study_of_extensions_runs_again_and_resumes(corpus, trained_runs, tmp_path, capsys):
+    """#60: a job with extend=PARENT ran once, then the same command was refused ("ran with
+    model_name=tiny, the study now gives model_name=${hydra:runtime.choices.model}"): the
+    child's record holds the parent's architecture, which the study's composition lacked."""
+    parent = trained_runs["rope"][0]
+    recipe = tmp_path / "ext.yaml"
+    recipe.write_text(
+        "experiment: quickstart\n"
+        f"jobs:\n  rope-ext: [extend={parent}, trainer.max_steps=4]\n"
+        "plan: {vocab_size: 100, eval_tokens: 2000, startup_s: 5}\n"
+    )
+    out = tmp_path / "study"
+    args = [str(recipe), f"data.path={corpus}", *TINY_JOB, "--out", str(out), "--device", "cpu"]
+    assert main(args) == 0, capsys.readouterr()
+    assert (out / "runs" / "rope-ext" / RESULT).is_file()
+    capsys.readouterr()
+    assert main(args) == 0, capsys.readouterr().err  # the same command: finished, skipped
+    assert capsys.readouterr().err == ""
 
 
 def test_a_job_resumes_only_with_the_settings_its_run_had(corpus, tmp_path, capsys):
@@ -538,3 +588,36 @@ def test_a_study_evaluates_every_finished_job_again_and_merges_each_evaluation(c
     result = budget_report([dest / "evals" / "test"], tmp_path / "budget", "rope", "two budgets")
     assert [r["steps"] for r in result["budgets"]] == [10, 20]
     assert (tmp_path / "budget" / "budget.png").stat().st_size > 0
+
+
+def test_a_row_name_keeps_every_option_but_the_length():
+    """#60: a job with pos.base=500 was labelled `rope (L=128)` and pos.base appeared nowhere
+    in comparison.md: only the training length is shortened."""
+    from poslab.study.report import short_names
+
+    trained = {
+        "rope [data.seq_len=64]": 64,
+        "alibi [data.seq_len=64]": 64,
+        "rope [data.seq_len=128, pos.base=500]": 128,
+        "rope [data.seq_len=64, pos.base=500]": 64,
+    }
+    assert short_names(trained) == {
+        "rope [data.seq_len=64]": "rope",
+        "alibi [data.seq_len=64]": "alibi",
+        "rope [data.seq_len=128, pos.base=500]": "rope [pos.base=500] (L=128)",
+        "rope [data.seq_len=64, pos.base=500]": "rope [pos.base=500]",
+    }
+
+
+def test_a_completed_job_without_its_result_is_told_what_helps(tmp_path):
+    """#60: a finished job whose extrapolation.json was deleted was told to re-run the study,
+    which skips it again (exit 1 each time): study.md now says what helps."""
+    from poslab.study.report import _why_missing, missing_section
+
+    run = tmp_path / "runs" / "rope-s1"
+    run.mkdir(parents=True)
+    why = _why_missing(run, {"status": "completed"}, {})
+    assert "running the study again skips a completed job: restore that file" in why
+    assert f"or delete {run} to train the job again" in why
+    assert "Resume them" not in missing_section([("rope-s1", why)], 2, "python study.py x")
+    assert "Resume them" in missing_section([("a", why), ("b", "not started")], 2, "cmd")

@@ -142,6 +142,9 @@ class TokenCache:
         vocabulary is trained (tokens.py TOKENIZER_VERSIONS); the default is the legacy 1, what
         a run config written before the key existed means, and the data configs set 2."""
         check_tokenizer(tokenizer, vocab_size)
+        if isinstance(tokenizer_version, str) and tokenizer_version.strip().isdigit():
+            # data.tokenizer_version='2' (quoted on a command line) names version 2
+            tokenizer_version = int(tokenizer_version)
         require("data.tokenizer_version", tokenizer_version, choice(*TOKENIZER_VERSIONS))
         _check_cache_dir(cache_dir)
         self.settings = dict(

@@ -160,13 +160,30 @@ def recorded_settings(
     eval_cfg: Any, config: dict[str, Any], ckpt: Path, given: set[str], checkpoint: dict
 ) -> Any:
     """eval_cfg with the run's recorded scoring options where none was given, said in a line."""
-    from poslab.evaluation.recorded import with_recorded_settings
+    from poslab.evaluation.recorded import replaced_settings, with_recorded_settings
 
+    if "*" in given and (replaced := replaced_settings(eval_cfg, config)):
+        print(
+            f"scoring as the eval group given says, not as the run's own evaluation did: "
+            f"{' '.join(replaced)} (the run's record) not taken; type any of them to keep it",
+            flush=True,
+        )
     data = config["data"]
     accumulate = int(config["trainer"].get("accumulate_grad_batches") or 1)
     steps = int(checkpoint.get("global_step") or 0)
     trained = steps * int(data["batch_size"]) * int(data["seq_len"]) * accumulate or None
     eval_cfg, taken = with_recorded_settings(eval_cfg, config, ckpt, given, trained)
+    short = eval_cfg.get("short_context")
+    came = any(t.startswith("eval.short_context=") for t in taken)
+    if came and short and "nonoverlapping" not in list(eval_cfg.modes or []):
+        # check_short_context would refuse it as if typed: say where the c came from
+        modes = ",".join(map(str, eval_cfg.modes or []))
+        raise ConfigError(
+            f"eval.modes=[{modes}]: the run's own evaluation measured context use "
+            f"(eval.short_context={short}, taken from the run's record), which needs "
+            "non-overlapping rows; add nonoverlapping to eval.modes, or set "
+            "eval.short_context=null"
+        )
     if taken:
         print(
             f"scoring as the run's own evaluation did: {' '.join(taken)} (the run's record; "
@@ -329,7 +346,16 @@ def pick_device(name: str) -> torch.device:
 def check_short_context(eval_cfg: Any, lengths: list[int], task: bool) -> None:
     """eval.short_context measures non-overlapping rows longer than c: a setting that measures
     no row is one line, not a table without it (tasks: corpus_options_set says so)."""
+    from poslab.evaluation.context_use import DEFAULT_THRESHOLD
+
     short = eval_cfg.get("short_context")
+    threshold = eval_cfg.get("gain_threshold")
+    if not short and threshold not in (None, DEFAULT_THRESHOLD):
+        # the threshold only splits context use's gains: alone it would measure nothing
+        raise ConfigError(
+            f"eval.gain_threshold={threshold} is read only by context use; set "
+            "eval.short_context=c too (e.g. the training length / 4), or leave it out"
+        )
     if not short or task:
         return
     if "nonoverlapping" not in list(eval_cfg.modes or []):

@@ -119,8 +119,9 @@ def with_recorded_settings(
         if key == "max_tokens" and value == "auto":
             found, cap = recorded_cap(run_table(ckpt))
             value = cap if found else scored_token_cap("auto", trained_tokens)
-        if key == "lengths" and not value and "factors" in given:
-            continue  # factors typed, lengths not: the typed factors decide
+        if key == "lengths" and "factors" in given:
+            continue  # factors typed, lengths not: the typed factors decide (recorded lengths
+            # would outrank them: eval_lengths reads lengths first)
         if key == "factors" and "lengths" in given:
             continue
         if value != eval_cfg.get(key):
@@ -129,6 +130,19 @@ def with_recorded_settings(
         return eval_cfg, []
     merged = OmegaConf.merge(eval_cfg, OmegaConf.create(taken))
     return merged, [f"eval.{k}={shown(v)}" for k, v in taken.items()]
+
+
+def replaced_settings(eval_cfg: Any, config: dict[str, Any]) -> list[str]:
+    """With a whole eval group given (`eval=default`), the run's recorded scoring settings that
+    the group replaces, as `key=value` (for the line that says so: silently, a re-evaluation
+    scored other tokens than the run's table)."""
+    recorded = config.get("eval") or {}
+    keys = list(LENGTH_KEYS) + list(TASK_KEYS if "task" in config["data"] else CORPUS_KEYS)
+    return [
+        f"eval.{k}={shown(recorded[k])}"
+        for k in keys
+        if k in recorded and recorded[k] != eval_cfg.get(k)
+    ]
 
 
 def comparison_lines(rows: list[dict[str, Any]], table: list[dict[str, Any]] | None) -> list[str]:

@@ -33,6 +33,7 @@ frequencies of its own span, not of the nominal length.
 from __future__ import annotations
 
 import math
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,8 +56,24 @@ PROBE_TOKENS = 24
 BF16_PROBE_RMS = 0.05
 
 
+def _code_file(err: BaseException) -> str | None:
+    """The model's own code file (remote code: HF runs it from its transformers_modules copy)
+    where `err` was raised, or None for a failure elsewhere (the weights, the hub)."""
+    if isinstance(err, SyntaxError) and "transformers_modules" in str(err.filename):
+        return Path(str(err.filename)).name
+    frames = traceback.extract_tb(err.__traceback__)
+    files = [f.filename for f in frames if "transformers_modules" in f.filename]
+    return Path(files[-1]).name if files else None
+
+
 def _load_failed(source: str, what: str, err: BaseException) -> ConfigError:
     reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if (code := _code_file(err)) is not None:
+        # a broken modeling file is not "could not load its weights": say which file failed
+        return ConfigError(
+            f"hf={source}: its model code {code} failed to run ({type(err).__name__}: "
+            f"{reason[:160]}); restore that file, or export the run again"
+        )
     local = Path(source).expanduser().exists()
     hint = (
         "save the model there with save_pretrained (config.json, the weights and the tokenizer)"

@@ -218,7 +218,33 @@ def eval_variant_options(eval_cfg: Any) -> dict[str, Any] | None:
         RopeScaling(**{**options, "factor": 1.0, "train_length": 1})  # every other option
     except TypeError as err:
         raise ConfigError(f"eval.rope_scaling: {err}") from None
+    check_unread(options, "eval.rope_scaling")
     return None if options.get("kind", "none") == "none" and not logn else options
+
+
+def check_unread(options: Mapping[str, Any], prefix: str) -> None:
+    """An option the chosen kind does not read, set away from its default, changes nothing:
+    refused, so that `kind=yarn shift=5` is not scored as plain yarn. (A value equal to its
+    owner's default is what every recorded config holds, e.g. beta_fast 32: left alone.)"""
+    kind = options.get("kind", "none")
+    cls = extension_defaults(kind)[0]
+    factor = options.get("factor", "auto")
+    if not cls.uses_factor and factor not in ("auto", None):
+        raise ConfigError(
+            f"{prefix}.factor={factor}: kind={kind} reads no factor (one model serves every "
+            f"length); leave {prefix}.factor out, or choose a kind that reads it"
+        )
+    own = set(cls.option_names())
+    for name, value in options.items():
+        owners = option_owners().get(name)
+        if name in own or name in COMMON or value is None or owners is None:
+            continue
+        if any(value == owner_default(owner, name) for owner in owners):
+            continue
+        raise ConfigError(
+            f"{prefix}.{name}={value} is an option of {', '.join(owners)}, which kind={kind} "
+            f"does not read; leave it out, or set {prefix}.kind={owners[0]}"
+        )
 
 
 def _plain(cfg: Any) -> Any:
@@ -340,4 +366,9 @@ def train_scaling_options(given: Any) -> dict[str, Any]:
         RopeScaling(**{**options, "factor": 1.0, "train_length": 1})  # every other option
     except TypeError as err:
         raise ConfigError(f"pos.scaling: {err}") from None
+    except ConfigError as err:
+        # the kinds name their options as eval.rope_scaling.*; here they are +pos.scaling.*
+        said = str(err).replace("eval.rope_scaling.", "+pos.scaling.")
+        raise ConfigError(said) from None
+    check_unread(options, "pos.scaling")
     return options

@@ -403,6 +403,25 @@ def _sweep_size(sweep: Path) -> int | None:
 # the command line
 
 
+def _scheme_without_positions() -> str | None:
+    """The class name of the command line's pos= scheme where it reads no positions, else
+    None (the default scheme, rope, reads them)."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    chosen = [a.split("=", 1)[1] for a in _ORIGINAL_ARGV[1:] if a.startswith("pos=")]
+    if not chosen:
+        return None
+    path = Path(__file__).resolve().parents[1] / "conf" / "pos" / f"{chosen[-1]}.yaml"
+    if not path.is_file():
+        return None
+    try:
+        scheme = get_class(OmegaConf.load(path)["_target_"])
+    except Exception:  # an unreadable scheme file: the plain "no such key" line  # noqa: BLE001
+        return None
+    return None if getattr(scheme, "reads_positions", True) else scheme.__name__
+
+
 def hydra_error_line(err: BaseException) -> str:
     """Hydra's multi-line message as one line; keeps the list of choices of a missing option."""
     from hydra.errors import MissingConfigException
@@ -417,6 +436,13 @@ def hydra_error_line(err: BaseException) -> str:
         full = re.search(r"full_key: (\S+)", str(err.__cause__))
         if key.startswith("pos.scaling."):  # extend='s train-time extension: a new key
             return f"pos.scaling takes a mapping of new keys; write it with a leading +: {add}"
+        if key == "pos.randomize_max" and (scheme := _scheme_without_positions()):
+            # its YAML leaves the shared option out because the scheme reads no positions:
+            # say that first, not "no such key" (which, taken, leads to this line anyway)
+            return (
+                f"pos.randomize_max: {scheme} reads no positions, so it has no randomize_max "
+                "to set; drop the option"
+            )
         if full and full.group(1).startswith(key + "."):
             # the option exists and takes a mapping (eval.pos_overrides, pos.options): its keys
             # are new ones, which Hydra adds only with a leading +

@@ -113,6 +113,7 @@ def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | 
     _check_asked_architecture(cfg, parent.config, asked, drope)
     _inherit_data(cfg, parent.config, asked)
     _check_data_kind(cfg, parent.config)
+    _check_asked_vocabulary(cfg, parent, asked)
     if drope:
         pos = _dropped_pos(given, parent, str(setting))
     else:
@@ -131,6 +132,16 @@ def inherit_parent(cfg: DictConfig, asked: list[str] | None = None) -> Parent | 
                 cfg[name] = parent.config.get(name) or cfg[name]
         if drope and not _asks(asked, "data.seq_len"):  # recalibrated at the parent's L
             cfg.data.seq_len = int(parent.config["data"]["seq_len"])
+        theirs = int(parent.config["data"]["seq_len"])
+        if not _asks(asked, "data.seq_len") and int(cfg.data.seq_len) != theirs:
+            # an extension is asked by its length: a default length is said, not silent
+            log.warning(
+                "extend=%s: no data.seq_len given, so the child trains at the data group's "
+                "default %d, not the parent's %d; set data.seq_len to choose",
+                setting,
+                cfg.data.seq_len,
+                theirs,
+            )
         _fine_tuning_defaults(cfg, parent.config, asked)
     log.info("extend=%s: starting from %s (sha256 %s)", setting, parent.checkpoint, parent.sha256)
     return parent
@@ -176,6 +187,13 @@ def read_parent(setting: str) -> Parent:
             f"extend={setting} is not a run folder (no {STATUS_FILE}); pass the folder of a "
             "finished training run"
         )
+    if status == "running" and not _held(folder):
+        # a SIGKILLed (or lost) run leaves its status at `running`: no process holds it now
+        raise ConfigError(
+            f"extend={setting}: that run stopped unfinished (its status says running, but no "
+            f"process holds it: killed?); finish it first (python train.py resume={setting}) "
+            "or extend a completed run"
+        )
     if status != "completed":
         raise ConfigError(
             f"extend={setting}: that run is {status}, not completed; finish it first (python "
@@ -189,8 +207,34 @@ def read_parent(setting: str) -> Parent:
         )
     from poslab.model.build import read_checkpoint
 
-    ckpt = read_checkpoint(path)
+    try:
+        ckpt = read_checkpoint(path)
+    except ConfigError as err:
+        if "corrupt or incomplete" not in str(err):
+            raise
+        # read_checkpoint's advice (pass best.ckpt) fits eval.py's ckpt=, not extend=RUN
+        best = folder / "checkpoints" / "best.ckpt"
+        instead = f", or copy {best} over it to start from the run's best weights instead"
+        raise ConfigError(
+            f"extend={setting}: its {PARENT_CHECKPOINT} is corrupt or incomplete, and extend= "
+            f"starts from that file; put back an intact copy{instead if best.is_file() else ''}"
+        ) from None
     return Parent(folder.resolve(), path.resolve(), file_sha256(path), ckpt)
+
+
+def _held(folder: Path) -> bool:
+    """Whether a training process holds the run folder's lock (the OS drops it at death)."""
+    from poslab.errors import RunBusy
+    from poslab.run.run_folder import RunLock
+
+    lock = RunLock(folder)
+    try:
+        lock.acquire()
+    except RunBusy:
+        return True
+    lock.put_back()
+    lock.release()
+    return False
 
 
 def file_sha256(path: Path) -> str:
@@ -332,6 +376,29 @@ def _inherit_data(cfg: DictConfig, parent: dict[str, Any], asked: list[str]) -> 
         cfg.data.seq_len = seq_len
         for key, value in own.items():
             OmegaConf.update(cfg, key, value, force_add=True)
+
+
+# the data options that decide the token ids (a missing tokenizer_version is version 1)
+VOCABULARY_KEYS = {"vocab_size": None, "tokenizer": None, "tokenizer_version": 1}
+
+
+def _check_asked_vocabulary(cfg: DictConfig, parent: Parent, asked: list[str]) -> None:
+    """A typed data option that gives another vocabulary than the parent's config records is
+    refused here, from the configs alone: check_parent_vocabulary would say so only after the
+    whole corpus was tokenized."""
+    if "data" in [_override_key(o) for o in asked]:  # another data group: checked later
+        return
+    theirs = parent.config.get("data") or {}
+    for key, missing in VOCABULARY_KEYS.items():
+        if not _asks(asked, f"data.{key}"):
+            continue
+        mine, recorded = cfg.data.get(key), theirs.get(key, missing)
+        if str(mine) != str(recorded):  # '2' and 2 are one version
+            raise ConfigError(
+                f"extend: data.{key}={mine}, but the parent trained with data.{key}="
+                f"{recorded} ({parent.vocab_size} tokens); a child reads its parent's tokens: "
+                f"drop data.{key}"
+            )
 
 
 def _check_data_kind(cfg: DictConfig, parent: dict[str, Any]) -> None:

@@ -110,7 +110,8 @@ class StudyState:
         self.path = out / STATE_FILE
         self.data: dict[str, Any] = {
             "recipe": study.name,
-            "source": str(study.source),
+            "source": str(study.source.resolve()),
+            "source_sha256": recipe_digest(study.source),
             "experiment": study.experiment,
             "overrides": overrides,
             "launcher": launcher,
@@ -163,6 +164,33 @@ def check_same_study(out: Path, study: Study) -> None:
             f"{out} holds the study {old.get('recipe')!r}, not {study.name!r}; resume that one "
             "there, or pass another --out for a new study"
         )
+    if not same_recipe(old, study.source):
+        raise ConfigError(
+            f"{out} holds the study made by {old.get('source')}, not by {study.source} (another "
+            f"recipe named {study.source.name}); resume it with that file, or pass another --out"
+        )
+
+
+def recipe_digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def same_recipe(old: dict[str, Any], source: Path) -> bool:
+    """Whether study.json's recipe is the file `source`: the same path, or the same bytes (a
+    moved checkout, a copied recipe). Only the name was compared once, so a .yaml elsewhere
+    named like it resumed the folder and its report forgot the first recipe's runs. (A recipe
+    edited in place keeps its path: check_runs_match compares its jobs' settings.)"""
+    recorded = old.get("source")
+    if recorded is None:  # a study.json older than the field: nothing to compare
+        return True
+    if Path(recorded).resolve() == source.resolve():
+        return True
+    digest = old.get("source_sha256")
+    if digest is None and Path(recorded).is_file():
+        digest = recipe_digest(Path(recorded))
+    return digest == recipe_digest(source)
 
 
 class Driver:

@@ -257,6 +257,14 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
 def _check_overrides(study: Study, overrides: list[str]) -> None:
     """A ConfigError for the user's override of an option the jobs set (theirs would win
     silently), or for any `experiment=` besides the study's own (the study names it)."""
+    for given in overrides:
+        key = _key(given)
+        if key == "resume" or key.startswith(("hydra.run.", "hydra.sweep.")):
+            # each job runs with resume=auto in <out>/runs/<job>/: these would be dropped
+            raise ConfigError(
+                f"{given}: the study places every job in <out>/runs/<job>/ and resumes it "
+                "itself (the same command again); drop it, and choose the folder with --out"
+            )
     set_by_jobs = {_key(o) for job in study.jobs for o in job.overrides}
     clash = [o for o in overrides if _key(o) in set_by_jobs]
     if clash:
@@ -288,6 +296,7 @@ def _composed_job(
     from omegaconf.errors import OmegaConfBaseException
 
     from poslab.run.cli import hydra_error_line
+    from poslab.run.extend import extend_arguments, inherit_parent
     from poslab.run.validate import TRAIN_SCHEMA, check_run_config
 
     seeds = [o.split("=", 1)[1] for o in job.overrides if o.startswith("seed=")]
@@ -298,11 +307,17 @@ def _composed_job(
             cfg.seed = int(seeds[0])
             check_schema(cfg, {"seed": TRAIN_SCHEMA["seed"]})
         else:
+            # extend=PARENT: composed as train.py composes it (the parent's pos= and model=
+            # first) and given the parent's architecture, so that job.options is what the
+            # child's .hydra/config.yaml records (extend.record_effective_config); compared
+            # with Hydra's composition instead, a child could never resume (#60)
+            given = extend_arguments(["train", *given])[1:]
             cfg = compose("train", overrides=given, return_hydra_config=True)
             with open_dict(cfg):
                 cfg.hydra.runtime.output_dir = "."
                 cfg.hydra.job.num = 0
             HydraConfig.instance().set_config(cfg)
+            inherit_parent(cfg, asked=given)
             check_run_config(cfg)
             composed[key] = cfg
         config = OmegaConf.to_container(cfg, resolve=True)

@@ -15,6 +15,8 @@ from poslab.study.folders import checkpoint_step, eval_folder, evals_missing, jo
 from poslab.study.plan import Plan, PlannedJob
 
 RESULT = Path("extrapolation") / "extrapolation.json"
+# what a job whose run completed without its result is told: the study's command skips it
+SKIPPED = "running the study again skips a completed job"
 
 
 def flops_per_token(planned: Any, run: Path, plan: dict[str, Any]) -> float:
@@ -32,7 +34,8 @@ def flops_per_token(planned: Any, run: Path, plan: dict[str, Any]) -> float:
 def missing_section(missing: list[tuple[str, str]], total: int, resume: str) -> str:
     lines = [f"\n\n### jobs without a result ({len(missing)} of {total})\n"]
     lines += [f"- {name}: {why}" for name, why in missing]
-    lines.append(f"\nResume them (finished jobs are skipped): `{resume}`")
+    if any(SKIPPED not in why for _, why in missing):  # a re-run helps only those
+        lines.append(f"\nResume them (finished jobs are skipped): `{resume}`")
     return "\n".join(lines)
 
 
@@ -94,7 +97,11 @@ def _why_missing(run: Path, status: dict[str, Any], entry: dict[str, Any]) -> st
     if status.get("status") == "completed" and (run / RESULT).is_file():
         return None
     if status.get("status") == "completed":
-        return f"completed, but {run / RESULT} is missing"
+        # a re-run skips a completed job (train.py resume= on it writes nothing): say what helps
+        return (
+            f"completed, but {run / RESULT} is missing; {SKIPPED}: restore that file, or "
+            f"delete {run} to train the job again"
+        )
     step = checkpoint_step(run)
     why = entry.get("why") or ("not started" if not status else status.get("status"))
     where = f", last checkpoint at step {step}" if step else ""
@@ -153,17 +160,29 @@ def row_names(runs: list[Path]) -> dict[str, str]:
     row at the study's usual length keeps the scheme's name, the other reads `scheme (L=8192)`,
     instead of compare.py's list of every option in which the runs differ. {} where those names
     would not tell the rows apart."""
-    from collections import Counter
-
     from poslab.report.compare import label_rows
 
     trained = {r["scheme"]: r["train_length"] for r in label_rows([r / RESULT for r in runs])}
+    return short_names(trained)
+
+
+def short_names(trained: dict[str, int]) -> dict[str, str]:
+    """row_names from compare.py's labels (`rope [data.seq_len=128, pos.base=500]`) and their
+    training lengths: only the length is shortened to `(L=…)`; every other option in which the
+    rows differ stays in the name (a `pos.base=500` row once read `rope (L=128)`)."""
+    from collections import Counter
+
     usual = Counter(trained.values()).most_common(1)[0][0]
     names = {}
     for label, length in trained.items():
-        base = label.split(" [", 1)[0]
-        if label != base:
-            names[label] = base if length == usual else f"{base} (L={length})"
+        base, _, options = label.partition(" [")
+        if not options:
+            continue
+        kept = [
+            o for o in options.removesuffix("]").split(", ") if not o.startswith("data.seq_len=")
+        ]
+        name = f"{base} [{', '.join(kept)}]" if kept else base
+        names[label] = name if length == usual else f"{name} (L={length})"
     shown = [names.get(label, label) for label in trained]
     return names if len(set(shown)) == len(shown) else {}
 
