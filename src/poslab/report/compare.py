@@ -112,6 +112,7 @@ ADDED_LATER = {
     "eval.rope_scaling.leaky": None,
     "eval.rope_scaling.window": None,
     "eval.task_examples": 100,
+    "data.tokenizer_version": 1,  # a word vocabulary made before the record is version 1
 }
 
 

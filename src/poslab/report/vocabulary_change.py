@@ -74,6 +74,26 @@ def vocabulary_change(
         "| row | mode | length | old − base | new − base | change | Holm p |",
         "|---|---|---:|---|---|---|---:|",
     ]
+    records = _lines_and_records(keys, old, new, changes, adjusted, lines)
+    write_all_or_none(
+        {
+            out / "change.md": text_file("\n".join(lines) + "\n"),
+            out / "change.json": text_file(json.dumps(records, indent=1)),
+        }
+    )
+    print("\n".join(lines), flush=True)
+    return records
+
+
+def _lines_and_records(
+    keys: list[Key],
+    old: dict[Key, dict[str, float]],
+    new: dict[Key, dict[str, float]],
+    changes: dict[Key, Interval | None],
+    adjusted: dict[Key, float],
+    lines: list[str],
+) -> list[dict[str, Any]]:
+    """The table's lines (appended to `lines`) and the JSON records, one per key."""
     records = []
     for k in keys:
         before, after = t_interval(list(old[k].values())), t_interval(list(new[k].values()))
@@ -95,13 +115,6 @@ def vocabulary_change(
                 "seeds": sorted(set(old[k]) & set(new[k])),
             }
         )
-    write_all_or_none(
-        {
-            out / "change.md": text_file("\n".join(lines) + "\n"),
-            out / "change.json": text_file(json.dumps(records, indent=1)),
-        }
-    )
-    print("\n".join(lines), flush=True)
     return records
 
 
