@@ -1,7 +1,7 @@
 """Does the word vocabulary change a comparison? Each row's paired difference to the baseline in
 a committed table and in new runs, and the change, paired by seed.
 
-python scripts/vocabulary_change.py docs/results/headline_cpu/comparison.json RUNS... --out DIR
+python scripts/vocabulary_change.py OLD/comparison.json RUNS... --baseline rope --out DIR
 """
 
 from poslab.report.vocabulary_change import main

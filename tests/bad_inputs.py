@@ -500,10 +500,19 @@ SCRIPT_BAD = [
     compare("{file}", "--out", "{out}", expected="{file} is not a results file"),
     compare(expected="the following arguments are required: paths; see python scripts/compare.py"),
     compare("{good}", "{good}", "--out", "{out}", expected="is given twice (it would count as two"),
-    budget("{good}", "--out", "{out}", expected="records no training steps; the budget axis"),
-    budget("{out}/missing", "--out", "{out}", expected="no such file or folder: {out}/missing"),
+    budget("{good}", "--baseline", "rope", "--out", "{out}", expected="records no training steps"),
+    budget(
+        "{out}/missing",
+        "--baseline",
+        "rope",
+        "--out",
+        "{out}",
+        expected="no such file or folder: {out}/missing",
+    ),
     budget("{good}", expected="the following arguments are required: --out"),
-    vocabulary("{file}", "{good}", "--out", "{out}", expected="{file}: not a comparison.json"),
+    vocabulary(
+        "{file}", "{good}", "--baseline", "rope", "--out", "{out}", expected="not a comparison.json"
+    ),
     collect("{empty_folder}", "{out}", expected="{empty_folder} holds no study (study.json)"),
     analysis(
         "attention",

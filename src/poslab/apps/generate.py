@@ -92,7 +92,9 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     if not isinstance(options["cache"], bool):
         raise ConfigError(f"cache={options['cache']!r}; choose true or false")
     check_sampling(options["temperature"], options["top_k"])
-    check_factor(eval_options)
+    from poslab.positions.rope_scaling import check_generation_factor
+
+    check_generation_factor(eval_options)
     return options, eval_options
 
 
@@ -110,26 +112,6 @@ def check_sampling(temperature: Any, top_k: int | None) -> None:
         raise ConfigError(
             f"top_k={top_k} does nothing at temperature=0 (greedy decoding takes the most likely "
             "token); leave top_k out, or sample with a temperature > 0"
-        )
-
-
-def check_factor(eval_options: dict[str, Any]) -> None:
-    """eval.rope_scaling.factor=auto is L_eval / L_train in eval.py; a generation has no
-    evaluation length, and auto at the training length is 1: the kind would change nothing,
-    silently. A kind that reads a factor needs a number here."""
-    from poslab.positions.extensions import extension_defaults, extension_names
-
-    given = eval_options.get("rope_scaling")
-    kind = given.get("kind") if isinstance(given, dict) else None
-    if kind not in extension_names():
-        return  # none asked, or a kind that is no kind: eval_overrides says which there are
-    cls, defaults = extension_defaults(kind)
-    factor = given.get("factor", defaults.get("factor", "auto"))
-    if cls.uses_factor and not cls.auto_is_one and factor in ("auto", None):
-        raise ConfigError(
-            f"eval.rope_scaling.kind={kind} needs a number for eval.rope_scaling.factor here "
-            "(auto is the evaluated length over the trained one, and a generation has none: "
-            "it would be 1 and change nothing); e.g. eval.rope_scaling.factor=4"
         )
 
 

@@ -230,9 +230,13 @@ def reference_attention(kind: str, attention: nn.Module, theta: Tensor, x: Tenso
         distance = distance[..., None]
     angles = distance * theta.double()  # (T, T, R/2)
     queries = turned(q[:, :, :, None, :].expand(-1, -1, -1, length, -1), angles)  # one per key
-    scores = (queries * k[:, :, None, :, :]).sum(-1) * dim**-0.5
-    if kind == "string_temperature":  # q and k each turned by cos/sin times the factor
-        scores = scores * STRING_FACTOR**2
+    products = queries * k[:, :, None, :, :]
+    if kind == "string_temperature":  # q and k each turned by cos/sin times the factor: only
+        rotated = 2 * theta.shape[-1]  # the rotated dims carry it (partial rotary: the first R)
+        products = torch.cat(
+            (products[..., :rotated] * STRING_FACTOR**2, products[..., rotated:]), -1
+        )
+    scores = products.sum(-1) * dim**-0.5
     seen = n <= m
     if kind == "lminfinite":
         seen = seen & ((m - n < W) | (n < N_GLOBAL))

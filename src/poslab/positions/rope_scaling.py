@@ -372,3 +372,23 @@ def train_scaling_options(given: Any) -> dict[str, Any]:
         raise ConfigError(said) from None
     check_unread(options, "pos.scaling")
     return options
+
+
+def check_generation_factor(eval_options: dict[str, Any]) -> None:
+    """eval.rope_scaling.factor=auto is L_eval / L_train in eval.py; a generation has no
+    evaluation length, and auto at the training length is 1: the kind would change nothing,
+    silently. A kind that reads a factor needs a number here."""
+    from poslab.positions.extensions import extension_defaults, extension_names
+
+    given = eval_options.get("rope_scaling")
+    kind = given.get("kind") if isinstance(given, dict) else None
+    if kind not in extension_names():
+        return  # none asked, or a kind that is no kind: eval_overrides says which there are
+    cls, defaults = extension_defaults(kind)
+    factor = given.get("factor", defaults.get("factor", "auto"))
+    if cls.uses_factor and not cls.auto_is_one and factor in ("auto", None):
+        raise ConfigError(
+            f"eval.rope_scaling.kind={kind} needs a number for eval.rope_scaling.factor here "
+            "(auto is the evaluated length over the trained one, and a generation has none: "
+            "it would be 1 and change nothing); e.g. eval.rope_scaling.factor=4"
+        )

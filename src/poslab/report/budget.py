@@ -345,7 +345,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog="scripts/budget.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="run folders, sweeps, a study's runs/ or evals/X/")
     parser.add_argument("--out", required=True, help="folder for steps<N>/ and budget.*")
-    parser.add_argument("--baseline", default="rope", help="the row differences are taken to")
+    parser.add_argument(
+        "--baseline", required=True, help="the row every difference is taken to, e.g. rope"
+    )
     parser.add_argument("--title", default="perplexity vs training budget")
     parser.add_argument(
         "--primary",

@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("old", help="a committed comparison.json (rows with per_seed)")
     parser.add_argument("new", nargs="+", help="the new runs, or a committed folder of them")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--baseline", default="rope")
+    parser.add_argument(
+        "--baseline", required=True, help="the row every difference is taken to, e.g. rope"
+    )
     parser.add_argument("--title", default="version 1 against version 2")
     args = parser.parse_args(argv)
     vocabulary_change(Path(args.old), args.new, args.baseline, Path(args.out), args.title)
