@@ -488,11 +488,12 @@ def test_the_paper_cpu_dry_run_plans_sixty_jobs_and_their_cpu_hours(corpus, tmp_
     assert "job-hours: " in text and not out.exists()
 
 
-def test_every_paper_cpu_job_is_the_headline_recipe_at_its_budget():
+def test_every_paper_cpu_job_is_the_headline_recipe_at_its_budget(corpus):
     from poslab.study.recipe import compose_jobs
 
     study = load_study("paper_cpu")
-    compose_jobs(study, [])
+    # the project's own corpus: the recipe's ../shared path exists only beside a checkout
+    compose_jobs(study, [f"data.path={corpus}"])
     assert study.evals == {"test": ["eval.split=test", "eval.short_context=null"]}
     budgets = set()
     for job in study.jobs:
@@ -507,11 +508,11 @@ def test_every_paper_cpu_job_is_the_headline_recipe_at_its_budget():
     assert sorted(budgets) == [300 * 4096, 1000 * 4096, 3000 * 4096]  # 1.2M to 12.3M: 10x
 
 
-def test_the_plan_counts_the_studys_own_evaluations_and_context_use():
+def test_the_plan_counts_the_studys_own_evaluations_and_context_use(corpus):
     study = load_study("paper_cpu")
     from poslab.study.recipe import compose_jobs
 
-    compose_jobs(study, [])
+    compose_jobs(study, [f"data.path={corpus}"])
     config = study.jobs[0].config
     alone = job_cost(config, study.plan).eval_flops
     with_test = job_cost(config, study.plan, study.evals).eval_flops
