@@ -51,6 +51,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # the model files an HF export copies into its folder (poslab/hf/remote/, no package)
     remote = REPO / "src" / "poslab" / "hf" / "remote"
     assert {f"poslab/hf/remote/{p.name}" for p in remote.glob("*.py")} - names == set()
+    # Hydra's search path plugin for a researcher's own configs (POSLAB_USER)
+    assert "hydra_plugins/poslab_user/search_path.py" in names
     site = root / "site"
     python(["-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], root)
     return site
@@ -123,6 +125,7 @@ COMMANDS = (
     "poslab-export",
     "poslab-generate",
     "poslab-study",
+    "poslab-check-scheme",
 )
 
 
@@ -139,3 +142,49 @@ def test_every_command_is_an_installed_console_script(installed, outside):
     # the benchmark's memory server runs as a module of the installed package
     result = python(["-m", "poslab.bench", "--help"], empty, env)
     assert "--memory-server" not in result.stderr
+
+
+TINY_STUDY = """\
+# a researcher's study: their scheme beside alibi, two seeds each
+experiment: quickstart
+grid:
+  pos: [logdist, alibi]
+  seed: [1, 2]
+baseline: alibi
+"""
+
+
+def test_a_researchers_own_scheme_runs_through_every_tool(outside, corpus, tmp_path):
+    """examples/own-scheme/ as a user's folder (POSLAB_USER), with poslab installed from its
+    wheel: the property checks pass, a study of the scheme beside alibi trains and evaluates
+    every job (a -m sweep each) and merges them, the row gets the "other" family, and the
+    export refuses the scheme in one line."""
+    from conftest import TINY
+
+    empty, env = outside
+    mine = tmp_path / "mine"
+    shutil.copytree(REPO / "examples" / "own-scheme", mine)
+    env = {**env, "POSLAB_USER": str(mine), "OMP_NUM_THREADS": "1"}
+    checked = python(["-m", "poslab.apps.check_scheme", "pos=logdist"], empty, env)
+    assert "pos=logdist: all passed" in checked.stdout
+
+    (mine / "study.yaml").write_text(TINY_STUDY)
+    out = tmp_path / "study"
+    tiny = [o for o in TINY if not o.startswith("logger=")] + ["trainer.max_steps=20"]
+    args = ["-m", "poslab.study.driver", str(mine / "study.yaml"), f"data.path={corpus}", *tiny]
+    python([*args, "--out", str(out), "--jobs-per-device", "2"], empty, env, timeout=900)
+    merged = json.loads((out / "comparison" / "comparison.json").read_text())
+    assert {row["scheme"] for row in merged} == {"logdist", "alibi"}
+    assert all(row["n_seeds"] == 2 and row["seeds"] == "1 2" for row in merged)
+    text = (out / "comparison" / "comparison.md").read_text()
+    assert "| logdist | 2 paired |" in text  # its differences to the baseline, paired by seed
+
+    run = next((out / "runs").glob("logdist*1*"))
+    refused = subprocess.run(
+        [sys.executable, "-m", "poslab.hf.export", str(run), "--out", str(tmp_path / "hf")],
+        cwd=empty, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    err = refused.stderr.strip().splitlines()
+    assert len(err) == 1 and "outside poslab (POSLAB_USER)" in err[0], err
+    assert not (tmp_path / "hf").exists()

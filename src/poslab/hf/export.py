@@ -340,6 +340,7 @@ def export_and_check(
     else:
         ckpt = checkpoint_of_run(run)
     model, config = load_checkpoint(ckpt)
+    check_bundled_scheme(model, run)
     if "task" in config["data"]:  # before the tokenizer is read (which may tokenize a corpus)
         raise ConfigError(
             f"{run} was trained on a generated task (data={config['data'].get('name')}), whose "
@@ -358,6 +359,20 @@ def export_and_check(
         lock.release()
     architecture = type(hf).__name__ + (", custom code" if custom_code else "")
     return out, architecture, gap
+
+
+def check_bundled_scheme(model: GPT, run: Path) -> None:
+    """A researcher's own scheme (POSLAB_USER, docs/own-scheme.md) is refused: the export
+    bundles poslab's modules (bundle.py), and a folder whose model imports the user's module
+    would load nowhere else. (Copying it in would need its imports rewritten and its own
+    dependencies vetted, as bundle.py does for poslab's.)"""
+    for module in sorted({type(m).__module__ for m in model.pos.modules()}):
+        if module.split(".")[0] != "poslab":
+            raise ConfigError(
+                f"{run}: its scheme comes from {module}, outside poslab (POSLAB_USER); an export "
+                "carries poslab's modules only: add the scheme to poslab/positions/ (one module, "
+                "one conf/pos/ file) to export it"
+            )
 
 
 def check_new_folder(out: Path) -> None:
@@ -505,3 +520,7 @@ def main(argv: list[str] | None = None) -> None:
         f"load it with AutoModelForCausalLM.from_pretrained({str(folder)!r}{trust})",
         flush=True,
     )
+
+
+if __name__ == "__main__":
+    main()

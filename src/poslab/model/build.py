@@ -43,7 +43,36 @@ def build_model(config: dict[str, Any], vocab_size: int) -> GPT:
     return GPT(gpt_config, pos, instantiate_checked(attention_config(config)))
 
 
+def scheme_target(pos_cfg: dict[str, Any]) -> type:
+    """The class `pos._target_` names, checked to import and to be a PositionalScheme: a
+    researcher's own scheme (docs/own-scheme.md) fails here in one line, before any work."""
+    import importlib
+
+    from poslab.positions.base import PositionalScheme
+    from poslab.user import activate
+
+    activate()  # POSLAB_USER's folders importable in every tool that builds a scheme
+    target = pos_cfg.get("_target_")
+    module, _, name = str(target).rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name, None) if module else None
+    except Exception as err:  # the user's module may fail in any way while it imports
+        raise ConfigError(
+            f"pos._target_={target} does not import ({type(err).__name__}: {err}); put its "
+            "module in a POSLAB_USER folder (docs/own-scheme.md) or on PYTHONPATH"
+        ) from None
+    if found is None:
+        raise ConfigError(f"pos._target_={target}: no class {name!r} in {module or 'it'}")
+    if not (isinstance(found, type) and issubclass(found, PositionalScheme)):
+        raise ConfigError(
+            f"pos._target_={target} is not a PositionalScheme; subclass "
+            "poslab.positions.PositionalScheme (docs/own-scheme.md)"
+        )
+    return found
+
+
 def build_scheme(pos_cfg: dict[str, Any], gpt_config: GPTConfig) -> Any:
+    scheme_target(pos_cfg)
     return instantiate_checked(
         pos_cfg, d_model=gpt_config.d_model, n_head=gpt_config.n_head, n_layer=gpt_config.n_layer
     )

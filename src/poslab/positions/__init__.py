@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from poslab.errors import ConfigError
 from poslab.instantiate import instantiate_checked
 from poslab.positions.base import PositionalScheme
 
@@ -22,15 +23,31 @@ POS_CONF = Path(__file__).resolve().parents[1] / "conf" / "pos"
 HERE = "@_here_"  # the package of a shared file: merged into the scheme's own node
 
 
-def scheme_names() -> list[str]:
-    """Every scheme of conf/pos/, by file name (conf/pos/_shared/ holds no scheme)."""
+def shipped_scheme_names() -> list[str]:
+    """Every scheme of poslab's conf/pos/, by file name (conf/pos/_shared/ holds no scheme)."""
     return sorted(p.stem for p in POS_CONF.glob("*.yaml"))
+
+
+def scheme_files() -> dict[str, Path]:
+    """name -> its YAML file: poslab's, then a researcher's own (POSLAB_USER, poslab/user.py)."""
+    from poslab.user import user_scheme_files
+
+    shipped = {p.stem: p for p in POS_CONF.glob("*.yaml")}
+    return {**shipped, **user_scheme_files(set(shipped))}
+
+
+def scheme_names() -> list[str]:
+    """Every scheme: poslab's conf/pos/ and the user's folders (POSLAB_USER)."""
+    return sorted(scheme_files())
 
 
 def scheme_yaml(name: str) -> DictConfig:
     """conf/pos/<name>.yaml with its defaults list applied as Hydra applies it, unresolved
     (`${data.seq_len}` stays): for readers that load the configs with OmegaConf alone."""
-    return _compose(POS_CONF / f"{name}.yaml")
+    path = scheme_files().get(name)
+    if path is None:
+        raise ConfigError(f"no scheme {name!r}; choose one of {', '.join(scheme_names())}")
+    return _compose(path)
 
 
 def _compose(path: Path) -> DictConfig:
@@ -49,7 +66,10 @@ def _compose(path: Path) -> DictConfig:
         if entry == "_self_":
             part = own
         elif isinstance(entry, str) and entry.endswith(HERE):
-            part = _compose(path.parent / f"{entry.removesuffix(HERE)}.yaml")
+            relative = f"{entry.removesuffix(HERE)}.yaml"
+            # a user's scheme lists poslab's shared files (_shared/...), as Hydra finds them
+            own = path.parent / relative
+            part = _compose(own if own.is_file() else POS_CONF / relative)
         else:
             raise ValueError(
                 f"{path}: defaults entry {entry!r}; a scheme's file lists _self_ and shared "
@@ -91,6 +111,7 @@ __all__ = [
     "build_scheme",
     "scheme_class",
     "scheme_configs",
+    "scheme_files",
     "scheme_names",
     "scheme_yaml",
 ]

@@ -522,6 +522,9 @@ def run_app(main: Callable[[], Any], resumable: bool = False) -> None:
     _ORIGINAL_ARGV[:] = sys.argv
     _PROCESS_ENDS_ON_STOP[0] = True
     try:
+        from poslab.positions import scheme_names
+
+        scheme_names()  # POSLAB_USER's folders checked (a bad one is one line, before Hydra)
         if resumable:
             from poslab.run.extend import extend_arguments
 

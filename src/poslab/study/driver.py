@@ -625,3 +625,7 @@ def _check_launcher_installed(launcher: str) -> None:
         raise ConfigError(
             f"--launcher {launcher} needs Hydra's submitit launcher; pip install -e '.[cluster]'"
         )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
