@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.instantiate",
             "poslab.plotting",  # matplotlib helpers every figure uses (the θ plot of a scheme too)
             "poslab.targets",  # IGNORE_INDEX: what tasks write and the loss skips
+            "poslab.user",  # POSLAB_USER: a researcher's own scheme folders
             # the floor folders' own __init__ (a docstring each)
             "poslab.model",
             "poslab.run",
@@ -74,6 +75,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "poslab.hf.bundle",
             "poslab.hf.remote",  # written into an exported folder: relative imports only
             "poslab.study",
+            "poslab.positions.properties",  # the property checks: tiny GPTs, perplexity
         ),
     ),
 ]
@@ -104,6 +106,9 @@ def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def floor_of(module: str) -> int:
+    for index, (_, prefixes) in enumerate(FLOORS):
+        if module in prefixes:  # a module named on its own floor (inside a lower package)
+            return index
     for index, (_, prefixes) in enumerate(FLOORS):
         # the ground floor names modules (and packages' own __init__) one by one: a new module
         # must be given a floor; every other floor names packages and all they hold

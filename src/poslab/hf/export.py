@@ -366,7 +366,10 @@ def check_bundled_scheme(model: GPT, run: Path) -> None:
     bundles poslab's modules (bundle.py), and a folder whose model imports the user's module
     would load nowhere else. (Copying it in would need its imports rewritten and its own
     dependencies vetted, as bundle.py does for poslab's.)"""
-    for module in sorted({type(m).__module__ for m in model.pos.modules()}):
+    from poslab.positions.base import PositionalScheme
+
+    schemes = [m for m in model.pos.modules() if isinstance(m, PositionalScheme)]
+    for module in sorted({type(m).__module__ for m in schemes}):
         if module.split(".")[0] != "poslab":
             raise ConfigError(
                 f"{run}: its scheme comes from {module}, outside poslab (POSLAB_USER); an export "
