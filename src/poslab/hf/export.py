@@ -393,7 +393,9 @@ def write_checked(
     import shutil
 
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a tiny folder: its shard bar would only crowd stderr
     for stale in out.parent.glob(f".{out.name}.*.partial"):  # killed exports' (the lock is ours)
         shutil.rmtree(stale, ignore_errors=True)
     staging = out.parent / f".{out.name}.{os.getpid()}.partial"
