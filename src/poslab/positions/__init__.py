@@ -85,9 +85,9 @@ def scheme_configs(seq_len: int = 64) -> dict[str, dict[str, Any]]:
     from omegaconf import OmegaConf
 
     configs = {}
-    for name in scheme_names():
+    for name, path in sorted(scheme_files().items()):  # the folders read once, not per scheme
         root = OmegaConf.create({"data": {"seq_len": seq_len}})
-        root.pos = scheme_yaml(name)
+        root.pos = _compose(path)
         configs[name] = OmegaConf.to_container(root.pos, resolve=True)
     return configs
 
