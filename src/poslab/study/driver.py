@@ -289,6 +289,8 @@ class Driver:
                 self.plan.study, planned.job.overrides, self.overrides, folder, self.launcher
             )
         env = dict(os.environ)
+        # one W&B group for the study's runs and its comparison (a user's WANDB_RUN_GROUP wins)
+        env.setdefault("WANDB_RUN_GROUP", self.wandb_group)
         if self.launcher == "local":
             slots = len(self._slots())
             cores = max(1, self.plan.devices[0].cores // slots)
@@ -400,11 +402,29 @@ class Driver:
                 entry.process.wait()
 
     # -- the end: the merged table, throughput, what is missing ------------------------------
+    @property
+    def wandb_group(self) -> str:
+        return os.environ.get("WANDB_RUN_GROUP") or f"study-{self.out.name}"
+
+    def _log_comparison(self) -> None:
+        """The merged comparison once in W&B, in the jobs' group, where the jobs log to W&B."""
+        from poslab.run.tracking import log_comparison, uses_wandb
+
+        loggers = [p.job.config.get("logger") for p in self.plan.jobs]
+        logger = next((lg for lg in loggers if uses_wandb(lg)), None)
+        if logger is not None and (
+            folder := log_comparison(
+                self.out / "comparison", logger, self.wandb_group, self.plan.study.name
+            )
+        ):
+            print(f"logged the comparison to W&B, group {self.wandb_group}: {folder}", flush=True)
+
     def report(self) -> int:
         from poslab.study.report import write_report
 
         minutes = (time.monotonic() - self.started) / 60
         missing = write_report(self.plan, self.out, self.state.data, minutes, self.resume_line)
+        self._log_comparison()
         if self.stop_reason:
             print(
                 f"study stopped by {self.stop_reason}; resume it with: {self.resume_line}",
