@@ -108,6 +108,13 @@ def test_a_run_under_outputs_is_pointed_at_by_outputs_latest_and_listed(tmp_path
     assert not any("it/s" in line for line in lines), lines
     messages = [line.split("] - ", 1)[-1] for line in lines if "] - " in line]
     assert len(messages) == len(set(messages)), messages
+    # no long silence: each validation is announced (step 0) or reported when it ends
+    assert any(
+        m.startswith("validation at step 0, the loss training starts from") for m in messages
+    )
+    assert any(
+        re.match(r"validation at step 4: val/loss \d+\.\d{4} \(\d+ s\)$", m) for m in messages
+    )
     listing = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "runs.py")],
         cwd=tmp_path,
