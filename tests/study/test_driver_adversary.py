@@ -58,7 +58,6 @@ def test_a_bad_recipe_is_one_line_before_any_work(text, expected, corpus, tmp_pa
 
 
 OPTIONS = [
-    (["trainer.max_steps=5", "trainer.max_steps=6"], "your overrides set trainer.max_steps twice"),
     (["--gpus", "0,0"], "--gpus 0,0: name each GPU once"),
     (["--gpus", "-1"], "--gpus -1: name each GPU once"),
     (["--out", ""], "argument --out: the path is empty"),  # it was outputs/studies/<recipe>
@@ -66,7 +65,7 @@ OPTIONS = [
 
 
 @pytest.mark.parametrize(("extra", "expected"), OPTIONS, ids=[" ".join(a) for a, _ in OPTIONS])
-def test_options_given_twice_or_empty_are_one_line(extra, expected, corpus, tmp_path, capsys):
+def test_a_gpu_named_twice_or_an_empty_out_is_one_line(extra, expected, corpus, tmp_path, capsys):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(ONE_JOB)
     argv = dry_run(recipe, corpus, tmp_path / "s", *extra)

@@ -319,14 +319,13 @@ def _check_overrides(study: Study, overrides: list[str]) -> None:
                 f"{given}: the study places every job in <out>/runs/<job>/ and resumes it "
                 "itself (the same command again); drop it, and choose the folder with --out"
             )
-    for where, given in [("your overrides", overrides)] + [
-        (f"job {j.name}", j.overrides) for j in study.jobs
-    ]:
-        keys = [_key(o) for o in given]
+    for job in study.jobs:  # (the command line's last value wins, as in train.py: scripts
+        # append overrides; a recipe's job is one list, where a key twice is a slip)
+        keys = [_key(o) for o in job.overrides]
         twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
-        if twice is not None:  # Hydra keeps the last (or refuses) with no word on which
-            both = " and ".join(o for o in given if _key(o) == twice)
-            raise ConfigError(f"{where} set {twice} twice ({both}); give it once")
+        if twice is not None:
+            both = " and ".join(o for o in job.overrides if _key(o) == twice)
+            raise ConfigError(f"job {job.name} set {twice} twice ({both}); give it once")
     set_by_jobs = {_key(o) for job in study.jobs for o in job.overrides}
     clash = [o for o in overrides if _key(o) in set_by_jobs]
     if clash:
