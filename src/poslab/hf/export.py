@@ -369,10 +369,9 @@ def checkpoint_to_export(run: Path) -> Path:
     if run.is_dir() and not (run / "checkpoints").is_dir():
         run = _run_of(run)
     if not (run / "checkpoints").is_dir():
-        inside = sorted(p.parent for p in run.glob("*/checkpoints")) + sorted(
-            p.parent
-            for p in run.glob("runs/*/checkpoints")  # a study's
-        )
+        # a sweep's runs are its subfolders, a study's are under runs/
+        found = [*run.glob("*/checkpoints"), *run.glob("runs/*/checkpoints")]
+        inside = sorted(p.parent for p in found)
         if inside:
             raise ConfigError(
                 f"{run} holds {len(inside)} run(s), e.g. {inside[0]}; export one of them"
