@@ -115,12 +115,13 @@ def test_learned_exports_as_gpt2_without_biases(tmp_path):
     [
         ("task", [], "was trained on a generated task (data=passkey), whose tokens have no"),
         ("rope", ["--out", "{file}"], "is not an empty folder"),
-        ("nowhere", [], "is not a run folder (no checkpoints/); pass a run folder or a .ckpt"),
+        # a path that does not exist is said so (#60; it was "not a run folder")
+        ("nowhere", [], "nowhere does not exist; pass a run folder or a .ckpt file"),
         # issue #60: a --data-path that is no folder, or that the run would not read
         ("rope", ["--data-path", "/no/such/corpus"], "--data-path /no/such/corpus: no such"),
         ("rope", ["--data-path", "{corpus}"], "this run recorded its tokenizer"),
     ],
-    ids=["task", "out-not-empty", "no-checkpoint", "no-data-path", "unread-data-path"],
+    ids=["task", "out-not-empty", "no-such-run", "no-data-path", "unread-data-path"],
 )
 def test_a_model_that_does_not_export_is_one_line(
     case, trained_runs, corpus, tmp_path, monkeypatch, capfd, request

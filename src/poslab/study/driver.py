@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poslab.arguments import OneLineParser, check_writable
+from poslab.arguments import OneLineParser, a_path, check_writable
 from poslab.errors import ConfigError, RunBusy, exit_on_config_error
 from poslab.run.run_folder import RunLock
 from poslab.study.folders import (
@@ -157,7 +157,9 @@ def check_same_study(out: Path, study: Study) -> None:
         old = json.loads(path.read_text())
     except ValueError:
         old = None
-    if not isinstance(old, dict):
+    # a hand-edited file: every job's entry is read when the study resumes
+    jobs = (old.get("jobs") or {}) if isinstance(old, dict) else None
+    if not isinstance(jobs, dict) or not all(isinstance(e, dict) for e in jobs.values()):
         raise ConfigError(f"{path} cannot be read; remove it or pass another --out")
     if old.get("recipe") != study.name:
         raise ConfigError(
@@ -475,6 +477,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument(
         "--out",
         default=None,
+        type=a_path,
         help="the study's folder (default outputs/studies/<recipe>); the same "
         "command again resumes it",
     )
@@ -545,9 +548,13 @@ def check_args(parser: OneLineParser, args: Any) -> None:
             parser.error(f"--{name.replace('_', '-')} {value:g}: must be > 0 minutes")
     if args.gpus is not None:
         try:
-            args.gpus = [int(i) for i in args.gpus.split(",")]
+            gpus = [int(i) for i in args.gpus.split(",")]
         except ValueError:
             parser.error(f"--gpus {args.gpus!r}: write GPU indices, e.g. 0,1")
+        if any(i < 0 for i in gpus) or len(set(gpus)) < len(gpus):
+            # a GPU named twice would get twice the jobs its memory was planned for
+            parser.error(f"--gpus {args.gpus}: name each GPU once, by its index (0, 1, ...)")
+        args.gpus = gpus
     if args.launcher != "local" and (args.gpus or args.device != "auto"):
         parser.error(f"--launcher {args.launcher} places jobs itself; drop --device/--gpus")
 
