@@ -1,5 +1,6 @@
-"""A study's runs in W&B: one group for its jobs, and its merged comparison logged once, as one
-more run of that group (read back with W&B's own reader of the offline log)."""
+"""A study's runs in W&B (one group for its jobs, and its merged comparison logged once, as one
+more run of that group, read back with W&B's own reader of the offline log), and the newcomer's
+first study (first_sweep)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,20 @@ def test_a_studys_jobs_share_a_wandb_group_and_its_comparison_is_logged_once(cor
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert len(list((out / "wandb").glob("offline-run-*"))) == 1
+
+
+def test_the_first_sweep_is_the_quick_start_for_rope_and_alibi_over_three_seeds(corpus):
+    """docs/recipes.md's five-minute comparison: the quick start's recipe, two rows paired by
+    seed against rope."""
+    from poslab.study.recipe import compose_jobs, load_study
+
+    study = load_study("first_sweep")
+    compose_jobs(study, [f"data.path={corpus}"])
+    assert study.baseline == "rope"
+    assert sorted(job.name for job in study.jobs) == sorted(
+        f"{pos}-s{seed}" for pos in ("rope", "alibi") for seed in (1, 2, 3)
+    )
+    for job in study.jobs:
+        config = job.config
+        assert config["model_name"] == "tiny" and config["data"]["seq_len"] == 64
+        assert config["trainer"]["max_steps"] == 500
