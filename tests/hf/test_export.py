@@ -250,6 +250,7 @@ def wait_for_writing(export: subprocess.Popen, out: Path) -> None:
         time.sleep(0.002)
 
 
+@pytest.mark.slow  # starts processes: 20-30 s of the fast suite
 def test_a_killed_export_leaves_no_folder_that_looks_finished(trained_runs, tmp_path):
     """SIGKILL while it writes: no --out (the export is renamed there only once checked);
     the same command again exports, and removes what the killed one left."""
@@ -269,6 +270,7 @@ def test_a_killed_export_leaves_no_folder_that_looks_finished(trained_runs, tmp_
     assert not list(tmp_path.glob(".hf.*.partial"))
 
 
+@pytest.mark.slow  # starts processes: 20-30 s of the fast suite
 def test_a_second_export_to_the_same_out_is_refused_in_one_line(
     trained_runs, tmp_path, monkeypatch, capfd
 ):

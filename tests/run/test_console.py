@@ -80,6 +80,7 @@ def test_runs_are_listed_newest_first_with_their_settings_and_numbers(trained_ru
     assert started == sorted(started, reverse=True)
 
 
+@pytest.mark.slow  # starts processes: 20-30 s of the fast suite
 def test_a_run_under_outputs_is_pointed_at_by_outputs_latest_and_listed(tmp_path):
     corpus = make_corpus(tmp_path / "corpus", n_train=300, n_valid=40)
     args = [
