@@ -63,16 +63,47 @@ def test_a_merged_comparison_is_one_wandb_run_of_the_group_logged_once(trained_r
     assert log_comparison(folder, csv_logger, "g", "demo") is None
 
 
-def test_a_study_names_its_jobs_group_in_wandbs_variable(monkeypatch, tmp_path):
-    """A job of a study (the driver sets WANDB_RUN_GROUP) joins the study's group, unless its
-    config names one; a sweep's job without either takes the sweep's folder name."""
-    from poslab.run.tracking import build_logger
+def test_a_runs_group_is_its_config_then_wandbs_variable_then_the_sweep_or_study(
+    monkeypatch, tmp_path
+):
+    """The group a job logs to and the group its sweep's or study's comparison logs to come from
+    one rule: logger.group, else WANDB_RUN_GROUP (the study driver sets it), else the sweep's or
+    study's name (else the run's own name)."""
+    from poslab.run.tracking import build_logger, wandb_group
+
+    logger_cfg = {"_target_": "lightning.pytorch.loggers.WandbLogger", "project": "poslab"}
+    monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
+    assert wandb_group(logger_cfg, "sweep-folder") == "sweep-folder"
+    config = {"logger": dict(logger_cfg), "run_name": "r"}
+    build_logger(config, tmp_path)
+    assert config["logger"]["group"] == "r"  # a single run outside a sweep: its own name
 
     monkeypatch.setenv("WANDB_RUN_GROUP", "study-demo")
-    logger_cfg = {"_target_": "lightning.pytorch.loggers.WandbLogger", "project": "poslab"}
+    assert wandb_group(logger_cfg, "sweep-folder") == "study-demo"
     config = {"logger": dict(logger_cfg), "run_name": "r"}
     build_logger(config, tmp_path)
     assert config["logger"]["group"] == "study-demo"
-    config = {"logger": {**logger_cfg, "group": "mine"}, "run_name": "r"}
+
+    mine = {**logger_cfg, "group": "mine"}
+    assert wandb_group(mine, "sweep-folder") == "mine"
+    config = {"logger": dict(mine), "run_name": "r"}
     build_logger(config, tmp_path)
     assert config["logger"]["group"] == "mine"
+
+
+def test_a_damaged_comparison_file_is_a_warning_and_leaves_no_run_open(
+    trained_runs, tmp_path, caplog
+):
+    """A figure that cannot be read: the comparison is not logged (a warning), the W&B run it
+    opened is finished, and nothing marks it logged, so the next end of the study tries again."""
+    import wandb
+
+    study = tmp_path / "study"
+    folder = study / "comparison"
+    compare([trained_runs["rope"][0], trained_runs["alibi"][0]], folder, baseline="rope")
+    (folder / "comparison_ppl.png").write_bytes(b"x")
+    logger = {"_target_": "lightning.pytorch.loggers.WandbLogger", "project": "poslab"}
+    assert log_comparison(folder, logger, "g", "demo") is None
+    assert "the comparison was not logged to W&B" in caplog.text
+    assert wandb.run is None
+    assert not (study / "wandb" / "comparison-logged.sha256").exists()

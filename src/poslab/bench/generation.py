@@ -117,7 +117,15 @@ def build(options: GenOptions, scheme: str, vocab: int | None = None) -> Any:
 def no_cache_schemes(options: GenOptions) -> list[str]:
     """The schemes of conf/pos whose model cannot keep a key/value cache (a small vocabulary:
     the answer does not depend on it, and building is then quick)."""
-    return [s for s in available_schemes() if build(options, s, vocab=64).cache_problem()]
+    found = []
+    for scheme in available_schemes():
+        try:
+            model = build(options, scheme, vocab=64)
+        except ConfigError:
+            continue  # a scheme this length cannot build (hope at a few tokens): not asked for
+        if model.cache_problem():
+            found.append(scheme)
+    return found
 
 
 def build_peer(model: Any, options: GenOptions) -> nn.Module:
@@ -505,3 +513,7 @@ def main(argv: list[str] | None = None) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         print(f"wrote {options.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

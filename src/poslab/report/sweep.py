@@ -20,7 +20,7 @@ class CompareOnMultirunEnd(Callback):
         from omegaconf import OmegaConf
 
         from poslab.report.compare import compare, find_results
-        from poslab.run.tracking import log_comparison
+        from poslab.run.tracking import log_comparison, wandb_group
 
         sweep = Path(config.hydra.sweep.dir)
         if not find_results([sweep]):
@@ -30,5 +30,5 @@ class CompareOnMultirunEnd(Callback):
         # a job has
         keys = ("_target_", "project", "entity", "group", "offline", "init_timeout")
         logger = {k: OmegaConf.select(config, f"logger.{k}") for k in keys}
-        group = logger["group"] or sweep.name  # as each job's group (tracking.sweep_group)
+        group = wandb_group(logger, sweep.name)  # as each job's (tracking.build_logger)
         log_comparison(sweep / "comparison", logger, group, sweep.name)

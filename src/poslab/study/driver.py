@@ -292,7 +292,7 @@ class Driver:
             )
         env = dict(os.environ)
         # one W&B group for the study's runs and its comparison (a user's WANDB_RUN_GROUP wins)
-        env.setdefault("WANDB_RUN_GROUP", self.wandb_group)
+        env.setdefault("WANDB_RUN_GROUP", self.study_group)
         if self.launcher == "local":
             slots = len(self._slots())
             cores = max(1, self.plan.devices[0].cores // slots)
@@ -405,28 +405,29 @@ class Driver:
 
     # -- the end: the merged table, throughput, what is missing ------------------------------
     @property
-    def wandb_group(self) -> str:
+    def study_group(self) -> str:
         return os.environ.get("WANDB_RUN_GROUP") or f"study-{self.out.name}"
 
-    def _log_comparison(self) -> None:
-        """The merged comparison once in W&B, in the jobs' group, where the jobs log to W&B."""
-        from poslab.run.tracking import log_comparison, uses_wandb
+    def _log_comparison(self, missing: list[str]) -> None:
+        """The merged comparison once in W&B, in the jobs' group, where the jobs log to W&B and
+        every job has its result (a stopped or partial study logs nothing: its next run will)."""
+        from poslab.run.tracking import log_comparison, uses_wandb, wandb_group
 
         loggers = [p.job.config.get("logger") for p in self.plan.jobs]
         logger = next((lg for lg in loggers if uses_wandb(lg)), None)
-        if logger is not None and (
-            folder := log_comparison(
-                self.out / "comparison", logger, self.wandb_group, self.plan.study.name
-            )
-        ):
-            print(f"logged the comparison to W&B, group {self.wandb_group}: {folder}", flush=True)
+        if logger is None or missing or self.stop_reason:
+            return
+        group = wandb_group(logger, self.study_group)
+        name = self.plan.study.name
+        if folder := log_comparison(self.out / "comparison", logger, group, name):
+            print(f"logged the comparison to W&B, group {group}: {folder}", flush=True)
 
     def report(self) -> int:
         from poslab.study.report import write_report
 
         minutes = (time.monotonic() - self.started) / 60
         missing = write_report(self.plan, self.out, self.state.data, minutes, self.resume_line)
-        self._log_comparison()
+        self._log_comparison(missing)
         if self.stop_reason:
             print(
                 f"study stopped by {self.stop_reason}; resume it with: {self.resume_line}",
