@@ -36,7 +36,11 @@ class Case:
 
     @property
     def id(self) -> str:
-        base = {"train": len(TRAIN_BASE), "benchmark.py": len(QUICK_BENCH)}.get(self.app, 0)
+        base = {
+            "train": len(TRAIN_BASE),
+            "benchmark.py": len(QUICK_BENCH),
+            "benchmark_generation.py": len(QUICK_GENERATION),
+        }.get(self.app, 0)
         shown = [a for a in self.args[base:] if not a.endswith("={out}")]
         return f"{self.app} {' '.join(shown)}"[:90]
 
@@ -425,6 +429,15 @@ def bench(*args: str, expected: str) -> Case:
     return Case("benchmark.py", (*QUICK_BENCH, *args), (expected,))
 
 
+# the generation benchmark at its smallest, for the same reason
+QUICK_GENERATION = ("--model", "tiny", "--prompt", "2", "--new-tokens", "2", "--rounds", "1")
+QUICK_GENERATION += ("--schemes", "nope", "--no-peer", "--out", "{out}/generation.md")
+
+
+def generation(*args: str, expected: str) -> Case:
+    return Case("benchmark_generation.py", (*QUICK_GENERATION, *args), (expected,))
+
+
 def compare(*args: str, expected: str) -> Case:
     return Case("compare.py", args, (expected,))
 
@@ -475,6 +488,9 @@ SCRIPT_BAD = [
     ),
     bench("--out", "{results}", expected="--out {results} is a folder; pass the path of a file"),
     bench("--out", "/proc/poslab/bench.md", expected="/proc is not writable"),
+    generation("--schemes", "foo", expected="argument --schemes: invalid choice: 'foo'"),
+    generation("--new-tokens", "0", expected="argument --new-tokens: must be ≥ 1 (got 0)"),
+    generation("--out", "{results}", expected="--out {results} is a folder; pass the path of a"),
     compare(
         "{good}", "--out", "{file}", expected="--out {file} is a file; pass the path of a folder"
     ),

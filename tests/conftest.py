@@ -355,6 +355,10 @@ def _script_main(app: str):  # noqa: ANN202
         from poslab.bench.cli import main
 
         return main
+    if app == "benchmark_generation.py":
+        from poslab.bench.generation import main
+
+        return main
     if app == "export_hf.py":
         from poslab.hf.export import main
 

@@ -46,6 +46,23 @@ def wandb_env(home: Path) -> dict[str, str]:
     return {**env, "HOME": str(home), "NETRC": str(home / "none"), "WANDB_MODE": "offline"}
 
 
+def wandb_view(folder: Path) -> tuple[dict, dict]:
+    """W&B's own reader of the .wandb log `wandb sync` uploads, on the one offline run under
+    `folder`: (its --summary object, its run record)."""
+    (path,) = folder.glob("offline-run-*")
+
+    def leet(*args: str) -> str:
+        command = [sys.executable, "-m", "wandb", "leet", "inspect", *args, str(path)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    summary = json.loads(leet("--summary", "--json"))
+    records = [json.loads(line) for line in leet("--json").splitlines() if line.strip()]
+    (run,) = [r["run"] for r in records if r.get("type") == "run"]
+    return summary, run
+
+
 def final_val_loss(folder: Path) -> float:
     status = json.loads((folder / "status.json").read_text())
     assert status["status"] == "completed", status

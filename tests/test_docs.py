@@ -125,10 +125,12 @@ def test_no_script_writes_into_the_committed_tree_unless_told_to(tmp_path):
 
     from poslab.analysis import DEFAULT_OUT
     from poslab.bench.configs import DEFAULT_OUT as BENCH_OUT
+    from poslab.bench.generation import DEFAULT_OUT as GENERATION_OUT
     from poslab.report.compare import default_out
 
     assert DEFAULT_OUT.parts[0] == "outputs"
     assert BENCH_OUT.parts[0] == "outputs"
+    assert GENERATION_OUT.parts[0] == "outputs"
     committed = str(REPO / "docs" / "results" / "headline_cpu" / "comparison.json")
     assert default_out([committed]) == Path("outputs") / "comparison" / "headline_cpu"
     sweep = tmp_path / "outputs" / "multirun" / "sweep"

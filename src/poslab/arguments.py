@@ -31,6 +31,15 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def a_path(text: str) -> str:
+    """An argparse `type`: a path that is not empty. `""` (an unset shell variable in
+    `--out "$DIR"`) would be Path("") = the current folder, or for an option read as
+    `args.out or default`, the default: neither is what was typed."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the path is empty (an unset variable?); pass a path")
+    return text
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose usage errors are a ConfigError, so that `exit_on_config_error` prints
     them as one `error: ...` line with exit code 2 (argparse's own: usage + error, 2 lines)."""

@@ -119,6 +119,7 @@ COMMANDS = (
     "poslab-replot",
     "poslab-runs",
     "poslab-bench",
+    "poslab-bench-generation",
     "poslab-analysis",
     "poslab-baselines",
     "poslab-longrope-search",

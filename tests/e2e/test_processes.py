@@ -39,6 +39,7 @@ from processes import (
     train_argv,
     train_cmd,
     wandb_env,
+    wandb_view,
 )
 
 from poslab.data.cache import TokenCache
@@ -406,6 +407,13 @@ def test_train_py_multirun_each_job_its_own_offline_wandb_run(corpus, tmp_path):
     assert all((sweep / j / "checkpoints" / "best.ckpt").is_file() for j in jobs)
     table = (sweep / "comparison" / "comparison.md").read_text()
     assert "| rope |" in table and "| alibi |" in table
+    # the jobs share the sweep's W&B group, and the merged comparison is one more run of it
+    groups = {wandb_view(sweep / job / "wandb")[1]["run_group"] for job in jobs}
+    assert groups == {"sweep"}
+    summary, run = wandb_view(sweep / "wandb")
+    assert run["job_type"] == "comparison" and run["run_group"] == "sweep"
+    assert summary["summary"]["comparison/table"]["nrows"] > 0
+    assert "anonymous setting" not in result.stderr
 
 
 # what both raced scripts do first: wait for the go file, then ask for the cache together

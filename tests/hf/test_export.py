@@ -115,12 +115,13 @@ def test_learned_exports_as_gpt2_without_biases(tmp_path):
     [
         ("task", [], "was trained on a generated task (data=passkey), whose tokens have no"),
         ("rope", ["--out", "{file}"], "is not an empty folder"),
-        ("nowhere", [], "is not a run folder (no checkpoints/); pass a run folder or a .ckpt"),
+        # a path that does not exist is said so (#60; it was "not a run folder")
+        ("nowhere", [], "nowhere does not exist; pass a run folder or a .ckpt file"),
         # issue #60: a --data-path that is no folder, or that the run would not read
         ("rope", ["--data-path", "/no/such/corpus"], "--data-path /no/such/corpus: no such"),
         ("rope", ["--data-path", "{corpus}"], "this run recorded its tokenizer"),
     ],
-    ids=["task", "out-not-empty", "no-checkpoint", "no-data-path", "unread-data-path"],
+    ids=["task", "out-not-empty", "no-such-run", "no-data-path", "unread-data-path"],
 )
 def test_a_model_that_does_not_export_is_one_line(
     case, trained_runs, corpus, tmp_path, monkeypatch, capfd, request
@@ -249,6 +250,7 @@ def wait_for_writing(export: subprocess.Popen, out: Path) -> None:
         time.sleep(0.002)
 
 
+@pytest.mark.slow  # starts processes: 20-30 s of the fast suite
 def test_a_killed_export_leaves_no_folder_that_looks_finished(trained_runs, tmp_path):
     """SIGKILL while it writes: no --out (the export is renamed there only once checked);
     the same command again exports, and removes what the killed one left."""
@@ -268,6 +270,7 @@ def test_a_killed_export_leaves_no_folder_that_looks_finished(trained_runs, tmp_
     assert not list(tmp_path.glob(".hf.*.partial"))
 
 
+@pytest.mark.slow  # starts processes: 20-30 s of the fast suite
 def test_a_second_export_to_the_same_out_is_refused_in_one_line(
     trained_runs, tmp_path, monkeypatch, capfd
 ):

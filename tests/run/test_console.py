@@ -74,12 +74,13 @@ def test_runs_are_listed_newest_first_with_their_settings_and_numbers(trained_ru
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "completed" and cells[3] == "rope" and cells[4] == "tiny"
     assert cells[5] == "16" and cells[6] == "40/40" and cells[7] == "1234"
-    assert float(cells[8]) > 1 and cells[9].endswith("(4x)")
-    assert int(cells[10]) >= 1  # its evaluations: after training, and any eval.py of it since
+    assert float(cells[9]) > 1 and cells[10].endswith("(4x)")
+    assert int(cells[11]) >= 1  # its evaluations: after training, and any eval.py of it since
     started = [r.started for r in runs]
     assert started == sorted(started, reverse=True)
 
 
+@pytest.mark.slow  # starts processes: 20-30 s of the fast suite
 def test_a_run_under_outputs_is_pointed_at_by_outputs_latest_and_listed(tmp_path):
     corpus = make_corpus(tmp_path / "corpus", n_train=300, n_valid=40)
     args = [
@@ -108,6 +109,13 @@ def test_a_run_under_outputs_is_pointed_at_by_outputs_latest_and_listed(tmp_path
     assert not any("it/s" in line for line in lines), lines
     messages = [line.split("] - ", 1)[-1] for line in lines if "] - " in line]
     assert len(messages) == len(set(messages)), messages
+    # no long silence: each validation is announced (step 0) or reported when it ends
+    assert any(
+        m.startswith("validation at step 0, the loss training starts from") for m in messages
+    )
+    assert any(
+        re.match(r"validation at step 4: val/loss \d+\.\d{4} \(\d+ s\)$", m) for m in messages
+    )
     listing = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "runs.py")],
         cwd=tmp_path,
@@ -157,7 +165,39 @@ def test_the_listing_counts_every_evaluation_of_a_run(tmp_path):
     (run / "status.json").write_text('{"status": "completed"}')
     (runs,) = find_runs(tmp_path)
     assert runs.evaluations == ["extrapolation", "extrapolation-2026-11-26_10-00-00-yarn"]
-    assert runs.cells(tmp_path)[10] == "2"
+    assert runs.cells(tmp_path)[11] == "2"
+
+
+def test_runs_that_differ_in_an_option_are_told_apart(tmp_path, capsys):
+    """The θ ablation's three runs were listed identically ("rope small 128 30/30 seed 1"): the
+    command line's options that no column shows are listed beside them."""
+    from poslab.run.runs import main
+
+    options = {"fixed": [], "learned": ["pos.learnable_theta=true"], "base": ["pos.base=500"]}
+    for name, extra in options.items():
+        run = tmp_path / name
+        (run / ".hydra").mkdir(parents=True)
+        overrides = ["pos=rope", "seed=1", "trainer.max_steps=30", *extra, "logger=csv"]
+        (run / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+        (run / "run.json").write_text('{"scheme": "rope", "model": "small", "seq_len": 128}')
+        (run / "status.json").write_text('{"status": "completed", "step": 30}')
+    main([str(tmp_path)])
+    rows = {line.rsplit("|", 2)[-2].strip(): line for line in capsys.readouterr().out.splitlines()}
+    assert "| 1 |  |" not in rows["learned"] and "pos.learnable_theta=true" in rows["learned"]
+    assert "pos.base=500" in rows["base"] and "logger" not in rows["base"]
+    assert len({line.split("|")[9] for line in (rows[n] for n in options)}) == 3
+
+
+def test_runs_py_help_shows_its_examples_one_per_line():
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "runs.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0
+    assert sum(line.startswith("poslab-runs") for line in lines) == 3, result.stdout
 
 
 @pytest.mark.parametrize("last", ["-3", "0"])

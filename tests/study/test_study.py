@@ -153,7 +153,7 @@ def test_jobs_sharing_a_device_share_its_rate():
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["nosuch"], "no study recipe 'nosuch'; choose one of: paper_cpu, paper_gpu"),
+        (["nosuch"], "no study recipe 'nosuch'; choose one of: first_sweep, paper_cpu, paper_gpu"),
         (["paper_gpu", "--budget", "0.01"], "more than --budget 0.01; raise --budget"),
         (["paper_gpu", "--gpus", "7"], "--gpus 7: no such GPU on this machine"),
         (["paper_gpu", "pos=alibi"], "pos=alibi: the study's jobs set pos"),

@@ -185,7 +185,7 @@ def command_line(argv: list[str] | None) -> str:
     to the folder it ran from), `poslab-bench …` or `python -m poslab.bench …`."""
     script = Path(sys.argv[0])
     args = sys.argv[1:] if argv is None else argv
-    if script.name == "poslab-bench":
+    if script.name.startswith("poslab-"):  # an installed console script
         return shlex.join([script.name, *args])
     if script.name == "__main__.py":
         return shlex.join(["python", "-m", "poslab.bench", *args])

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from poslab.arguments import OneLineParser, check_writable
+from poslab.arguments import OneLineParser, a_path, check_writable
 from poslab.errors import (
     NO_SPACE_ERRNOS,
     ConfigError,
@@ -329,16 +329,9 @@ def export_and_check(
     largest logit gap). The export is written to a folder beside `out` and renamed to it once
     checked, under a lock: `out` is whole or absent, whatever stops the export."""
     from poslab.model.build import load_checkpoint
-    from poslab.run.run_folder import RunLock, checkpoint_of_run
+    from poslab.run.run_folder import RunLock
 
-    if run.suffix == ".ckpt":
-        ckpt = run
-    elif not (run / "checkpoints").is_dir():  # eval.py's advice (ckpt=PATH) is no option here
-        raise ConfigError(
-            f"{run} is not a run folder (no checkpoints/); pass a run folder or a .ckpt file"
-        )
-    else:
-        ckpt = checkpoint_of_run(run)
+    ckpt = checkpoint_to_export(run)
     model, config = load_checkpoint(ckpt)
     check_bundled_scheme(model, run)
     if "task" in config["data"]:  # before the tokenizer is read (which may tokenize a corpus)
@@ -359,6 +352,56 @@ def export_and_check(
         lock.release()
     architecture = type(hf).__name__ + (", custom code" if custom_code else "")
     return out, architecture, gap
+
+
+def checkpoint_to_export(run: Path) -> Path:
+    """The checkpoint `run` names: a .ckpt file, or a run folder's best (else last) one. A
+    folder inside a run (its checkpoints/, an eval.py results folder) or an eval.py out_dir
+    names the run it belongs to, or evaluated; a study or sweep folder, or a run without a
+    checkpoint yet, is one line naming what to pass (eval.py's advice, ckpt=PATH, was no
+    option of this command)."""
+    from poslab.run.run_folder import checkpoint_of_run
+
+    if not run.exists():
+        raise ConfigError(f"{run} does not exist; pass a run folder or a .ckpt file")
+    if run.suffix == ".ckpt":
+        return run
+    if run.is_dir() and not (run / "checkpoints").is_dir():
+        run = _run_of(run)
+    if not (run / "checkpoints").is_dir():
+        # a sweep's runs are its subfolders, a study's are under runs/
+        found = [*run.glob("*/checkpoints"), *run.glob("runs/*/checkpoints")]
+        inside = sorted(p.parent for p in found)
+        if inside:
+            raise ConfigError(
+                f"{run} holds {len(inside)} run(s), e.g. {inside[0]}; export one of them"
+            )
+        if not (run / ".hydra" / "config.yaml").is_file():
+            raise ConfigError(
+                f"{run} is not a run folder (no checkpoints/); pass a run folder or a .ckpt file"
+            )
+    try:
+        return checkpoint_of_run(run)
+    except ConfigError:
+        raise ConfigError(
+            f"{run} has no checkpoint yet (checkpoints/best.ckpt or last.ckpt: it stopped "
+            f"before its first); train it on (python train.py resume={run}) or pass a .ckpt "
+            "file"
+        ) from None
+
+
+def _run_of(folder: Path) -> Path:
+    """The run a folder belongs to (its checkpoints/ or an eval.py results folder: the run
+    above it) or evaluated (an eval.py out_dir records it), else the folder itself."""
+    import json
+
+    if (folder.parent / "checkpoints").is_dir():
+        return folder.parent
+    try:  # evaluated_run.json (poslab.report.files.record_evaluated_run)
+        recorded = Path(json.loads((folder / "evaluated_run.json").read_text())["run"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return folder
+    return recorded if recorded.is_dir() else folder
 
 
 def check_bundled_scheme(model: GPT, run: Path) -> None:
@@ -502,20 +545,24 @@ one `error: ...` line with exit code 2, nothing written at --out.
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog="scripts/export_hf.py", description=USAGE)
-    parser.add_argument("run", type=Path, help="a training run folder (or a .ckpt file)")
-    parser.add_argument("--out", type=Path, required=True, help="the HF model's folder (new)")
-    parser.add_argument("--data-path", default=None, help="the corpus, if it moved (tokenizer)")
+    parser.add_argument("run", type=a_path, help="a training run folder (or a .ckpt file)")
+    parser.add_argument("--out", type=a_path, required=True, help="the HF model's folder (new)")
+    parser.add_argument(
+        "--data-path", type=a_path, default=None, help="the corpus, if it moved (tokenizer)"
+    )
     parser.add_argument(
         "--custom-code",
         action="store_true",
         help="poslab's model code in the folder even where a native architecture maps exactly",
     )
     args = parser.parse_args(argv)
+    args.run, args.out = Path(args.run), Path(args.out)
     require_extra("transformers", "hf", "scripts/export_hf.py")
     check_new_folder(args.out)
     check_writable(args.out, "--out")
     if args.data_path and not Path(args.data_path).is_dir():
-        raise ConfigError(f"--data-path {args.data_path}: no such folder; pass the corpus folder")
+        what = "is a file" if Path(args.data_path).exists() else "no such folder"
+        raise ConfigError(f"--data-path {args.data_path}: {what}; pass the corpus folder")
     folder, architecture, gap = export_and_check(
         args.run, args.out, args.data_path, args.custom_code
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poslab.arguments import OneLineParser, check_writable
+from poslab.arguments import OneLineParser, a_path, check_writable
 from poslab.errors import ConfigError, exit_on_config_error
 from poslab.report.differences import difference, difference_set, holm_table
 from poslab.report.intervals import Interval
@@ -29,6 +29,7 @@ from poslab.report.tables import fmt, is_finite, is_nonfinite, markdown
 
 log = logging.getLogger(__name__)
 RESULT = "extrapolation/extrapolation.json"
+RESULT_FILE = Path(RESULT).name
 WHAT_TO_PASS = (
     f"pass run folders (each with {RESULT}), sweep folders holding such runs, or "
     f"{Path(RESULT).name} files"
@@ -44,15 +45,25 @@ NOT_DISTINGUISHABLE = "not distinguishable"
 
 
 def find_results(paths: list[str | Path]) -> list[Path]:
-    """extrapolation.json files of the given run folders, sweep folders or files."""
+    """extrapolation.json files of the given run folders, sweep folders or files; a folder
+    eval.py wrote (`RUN/extrapolation-<time>/`, or `RUN/extrapolation/` itself) is its own
+    results, a study folder (study.json) its runs' (as the study's own table: its `evals/` are
+    other evaluations of the same runs, each with its table), and a folder compare.py wrote
+    (comparison.json, no runs under it) that table."""
     found: list[Path] = []
     for p in map(Path, paths):
         if p.is_file():
             found.append(p)
         elif (p / RESULT).is_file():
             found.append(p / RESULT)
+        elif (p / RESULT_FILE).is_file():
+            found.append(p / RESULT_FILE)
+        elif (p / "study.json").is_file() and (p / "runs").is_dir():
+            found += sorted((p / "runs").rglob(RESULT))
         else:
-            found += sorted(p.rglob(RESULT))
+            under = sorted(p.rglob(RESULT))
+            table = p / "comparison.json"
+            found += under or ([table] if table.is_file() else [])
     resolved = [f.resolve() for f in found]
     twice = [f for f, r in zip(found, resolved, strict=True) if resolved.count(r) > 1]
     if twice:
@@ -69,6 +80,17 @@ def results_under(paths: list[str | Path]) -> list[Path]:
         raise ConfigError(f"no such file or folder: {', '.join(missing)}; {WHAT_TO_PASS}")
     results = find_results(paths)
     if not results:
+        # a training run not evaluated yet (eval.after_train=false, or stopped before it)
+        trained = [
+            p
+            for p in map(Path, paths)
+            if (p / ".hydra" / "config.yaml").is_file() or (p / "checkpoints").is_dir()
+        ]
+        if trained:
+            raise ConfigError(
+                f"{trained[0]} is a training run with no evaluation yet (no {RESULT}); "
+                f"evaluate it first: python eval.py run={trained[0]}"
+            )
         names = ", ".join(str(p) for p in paths) or "(no path given)"
         raise ConfigError(f"no {RESULT} under {names}; {WHAT_TO_PASS}")
     return results
@@ -186,8 +208,8 @@ def label_rows(
             options_of[run] = options
         return options_of[run]
 
-    runs, rows_of = _runs_and_rows(results, for_report)
-    labels, seeds = _twin_labels(runs, rows_of, options_at)
+    runs, rows_of, places = _runs_and_rows(results, for_report)
+    labels, seeds = _twin_labels(runs, rows_of, options_at, places)
     joins_left = dict(joins or {})  # _configurations takes out each join it makes
     configurations, run_of, joined = _configurations(
         runs, rows_of, labels, seeds, options_at, joins_left
@@ -217,11 +239,16 @@ def label_rows(
     return merged
 
 
-def _runs_and_rows(results: list[Path], for_report: bool) -> tuple[list[Path], list[list[dict]]]:
-    """Each entry's run folder and rows: one per results file, or one per row of a table of
-    several schemes (a committed comparison.json), whose rows each stand on their own."""
+def _runs_and_rows(
+    results: list[Path], for_report: bool
+) -> tuple[list[Path], list[list[dict]], list[Path]]:
+    """Each entry's run folder, rows and the folder that names it: one per results file, or one
+    per row of a table of several schemes (a committed comparison.json), whose rows each stand
+    on their own. An evaluation beside the run's own (`RUN/extrapolation-<time>/`) is named by
+    its folder: given with the run, it is another row, not the run a second time."""
     runs: list[Path] = []
     rows_of: list[list[dict]] = []
+    places: list[Path] = []
     for path in results:
         rows = read_result(path, for_report)
         schemes_in_file = list(dict.fromkeys((r["scheme"], r.get("task")) for r in rows))
@@ -233,11 +260,15 @@ def _runs_and_rows(results: list[Path], for_report: bool) -> tuple[list[Path], l
             # labelled by the folder holding the table if a run of the same name is beside it
             for key in schemes_in_file:
                 runs.append(path.parent)
+                places.append(path.parent)
                 rows_of.append([r for r in rows if (r["scheme"], r.get("task")) == key])
         else:
             runs.append(path.parent.parent)
+            places.append(
+                path.parent.parent if path.parent.name == "extrapolation" else path.parent
+            )
             rows_of.append(rows)
-    return runs, rows_of
+    return runs, rows_of, places
 
 
 def _folder_labels(runs: list[Path]) -> list[str]:
@@ -250,12 +281,12 @@ def _folder_labels(runs: list[Path]) -> list[str]:
 
 
 def _twin_labels(
-    runs: list[Path], rows_of: list[list[dict]], options_at: OptionsAt
+    runs: list[Path], rows_of: list[list[dict]], options_at: OptionsAt, places: list[Path]
 ) -> tuple[list[str | None], list[Any]]:
     """Each entry's label (None: its scheme name is unique, no label needed) and its seed where
     the label leaves the seed out (None otherwise): only entries that share a scheme name (and
     task) need a label, so options are read only for those."""
-    folders = _folder_labels(runs)
+    folders = _folder_labels(places)
     # runs of one scheme on different tasks are not twins: their rows never share a table
     schemes = [(rows[0]["scheme"], rows[0].get("task")) if rows else None for rows in rows_of]
     labels: list[str | None] = [None] * len(runs)
@@ -472,6 +503,8 @@ def settings_table(rows: list[dict]) -> str:
 # the fields every row needs; the report (tables, plots, shape checks) needs REPORT_FIELDS too
 ROW_FIELDS = ("scheme", "mode", "length", "status")
 REPORT_FIELDS = ("train_length", "split", "factor")
+# context use (eval.short_context): numbers where a row has them
+CONTEXT_FIELDS = ("context_gain", "key_token_share")
 # fields that, where a row has them, the report formats or plots as numbers
 NUMBER_FIELDS = (
     "factor",
@@ -498,13 +531,14 @@ def row_problem(row: Any, fields: tuple[str, ...]) -> str | None:
     if missing:
         return f"has no {missing[0]!r} field"
     for key in ("scheme", "mode", "status"):
-        if not isinstance(row[key], str):
-            return f"has {key}={row[key]!r}, not a string"
-    for key in ("length", "train_length"):
+        if not isinstance(row[key], str) or not row[key].strip():
+            return f"has {key}={row[key]!r}, not a name"
+    for key in ("length", "train_length", "vocab_size", "n_seeds", "short_context"):
         value = row.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            return f"has {key}={value!r}, not a whole number of tokens ≥ 1"
-    for key in NUMBER_FIELDS:
+            tokens = " of tokens" if key in ("length", "train_length") else ""
+            return f"has {key}={value!r}, not a whole number{tokens} ≥ 1"
+    for key in (*NUMBER_FIELDS, *CONTEXT_FIELDS):
         value = row.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             return f"has {key}={value!r}, not a number"
@@ -515,6 +549,35 @@ def row_problem(row: Any, fields: tuple[str, ...]) -> str | None:
         and all(isinstance(x, int | float) or x is None for b in buckets for x in b)
     ):
         return "has a loss_by_position that is not a list of [position, loss, count]"
+    return _value_problem(row)
+
+
+def _value_problem(row: dict) -> str | None:
+    """What is impossible in a row whose fields have the right types: a value out of its range,
+    a factor that is not length ÷ train_length, a field the report reads as a mapping that is
+    none (a hand edit; each once ended in a traceback or a wrong table)."""
+    for key, low in (("loss", 0.0), ("bits_per_byte", 0.0), ("ppl", 1.0), ("word_ppl", 1.0)):
+        value = row.get(key)  # NaN fails no comparison: a nonfinite row stays as it is
+        if value is not None and value < low:
+            return f"has {key}={value!r}, below {low:g}, which no {key} can be"
+    for key in ("accuracy", "token_accuracy"):
+        value = row.get(key)
+        if value is not None and not 0 <= value <= 1:
+            return f"has {key}={value!r}, not a share between 0 and 1"
+    factor, length, train = row.get("factor"), row.get("length"), row.get("train_length")
+    if None not in (factor, length, train) and abs(factor * train - length) > 1e-6 * length:
+        return f"has factor={factor!r}, but length ÷ train_length is {length}/{train}"
+    if row.get("task") is not None and not isinstance(row["task"], str):
+        return f"has task={row['task']!r}, not a name"
+    if "accuracy" in row and not row.get("task"):  # the report reads accuracy of task rows only
+        return "has an accuracy but no task (a perplexity row has none)"
+    if "context_gain" in row and "short_context" not in row:
+        return "has a context_gain but no short_context (the length it was measured against)"
+    for key in ("settings", "provenance", "per_seed"):
+        if row.get(key) is not None and not isinstance(row[key], dict):
+            return f"has a {key} that is {type(row[key]).__name__}, not a mapping"
+    if not all(isinstance(v, dict) for v in (row.get("per_seed") or {}).values()):
+        return "has a per_seed that is not {metric: {seed: value}}"
     return None
 
 
@@ -532,8 +595,27 @@ def read_result(path: Path, for_report: bool = False) -> list[dict]:
     ):
         raise ConfigError(f"{path} is not a results file (no result rows); {WHAT_TO_PASS}")
     fields = ROW_FIELDS + REPORT_FIELDS if for_report else ROW_FIELDS
+    seen: dict[tuple, int] = {}  # each cell's first row
+    trained: dict[tuple, Any] = {}  # each scheme's training length
     for i, row in enumerate(rows):
         problem = row_problem(row, fields)
+        if row_problem(row, ROW_FIELDS) is None:  # two rows of one cell, or of one run's lengths
+            cell = (
+                row["scheme"],
+                row.get("task"),
+                row["mode"],
+                row["length"],
+                row.get("short_context"),
+            )
+            if cell in seen:
+                problem = problem or f"repeats row {seen[cell] + 1} (length {row['length']})"
+            seen.setdefault(cell, i)
+            first = trained.setdefault((row["scheme"], row.get("task")), row.get("train_length"))
+            if problem is None and first != row.get("train_length"):
+                problem = (
+                    f"has train_length={row.get('train_length')!r}, but an earlier row of "
+                    f"{row['scheme']} has {first!r} (one run trains at one length)"
+                )
         if problem:
             scheme = f" ({row.get('scheme')}, {row.get('mode')})" if isinstance(row, dict) else ""
             raise ConfigError(
@@ -950,12 +1032,18 @@ def split_renames(pairs: list[str], labels: list[str]) -> dict[str, str]:
     """`--rename ROW=NAME` pairs as {ROW: NAME}. A row's label may hold "=" itself
     (`rope [pos.base=100]`), so ROW is the longest text before an "=" that is a label; where
     none is, the text before the first "=" (which the caller then reports as no such row)."""
-    rename = {}
+    rename: dict[str, str] = {}
     for pair in pairs:
         cuts = [i for i, c in enumerate(pair) if c == "="]
         known = [i for i in cuts if pair[:i] in labels]
         cut = max(known) if known else cuts[0]
-        rename[pair[:cut]] = pair[cut + 1 :]
+        row, name = pair[:cut], pair[cut + 1 :]
+        if row in rename:  # the last one would win without a word
+            raise ConfigError(
+                f"--rename {row!r} is given twice (as {rename[row]!r} and {name!r}); rename a "
+                "row once"
+            )
+        rename[row] = name
     return rename
 
 
@@ -974,9 +1062,26 @@ def chosen_rows(
                 f"--rename {old!r}: no such row; rename one of: "
                 + ", ".join(repr(x) for x in labels)
             )
-    rows = [{**r, "scheme": rename.get(r["scheme"], r["scheme"])} for r in rows]
+    for old, new in rename.items():
+        # a table's cell ends at "|", a Markdown line at a newline
+        if not new.strip() or any(c in new for c in "|\n"):
+            raise ConfigError(
+                f"--rename {old}={new!r}: a row name needs text, without | or newline"
+            )
+    shown = {old: rename.get(old, old) for old in labels}
+    for old, new in shown.items():
+        other = next((o for o, n in shown.items() if n == new and o != old), None)
+        if other is not None:  # their rows would merge into one, as if they were seeds
+            raise ConfigError(
+                f"--rename: rows {old!r} and {other!r} would both be shown as {new!r}; give each "
+                "row its own name"
+            )
+    rows = [{**r, "scheme": shown[r["scheme"]]} for r in rows]
     if only is None:
         return rows
+    twice = next((name for i, name in enumerate(only) if name in only[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"--only {twice!r} is given twice; name each row once")
     labels = list(dict.fromkeys(r["scheme"] for r in rows))
     missing = [name for name in only if name not in labels]
     if missing:
@@ -1103,10 +1208,13 @@ def default_out(paths: list[str]) -> Path:
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="scripts/compare.py", description=__doc__)
-    parser.add_argument("paths", nargs="+", help="run folders, sweep folders or result files")
+    parser.add_argument(
+        "paths", nargs="+", type=a_path, help="run folders, sweep folders or result files"
+    )
     parser.add_argument(
         "--out",
         default=None,
+        type=a_path,
         help="folder for comparison.{md,csv,json,png} (default: <first path>/comparison)",
     )
     parser.add_argument("--title", default=None)
@@ -1164,6 +1272,8 @@ def main(argv: list[str] | None = None) -> None:
     for pair in args.rename:  # which "=" splits ROW from NAME is decided by the rows' labels
         if "=" not in pair.strip("="):
             parser.error(f"--rename {pair!r}: write ROW=NAME")
+    if args.title is not None and (not args.title.strip() or "\n" in args.title):
+        parser.error(f"--title {args.title!r}: a title is one line of text; or leave it out")
     out = args.out or default_out(args.paths)
     compare(
         args.paths,

@@ -570,9 +570,10 @@ def results_folder(run: Path, rows: list[dict]) -> tuple[Path, bool]:
     one trained with eval.after_train=false or stopped before its evaluation), so compare.py
     finds it as the run's result. Otherwise a new `extrapolation-<time>[-<variant>]/` beside
     it: a re-evaluation (another eval.rope_scaling.kind, another split, ...) never replaces the
-    after-training table. compare.py's find_results reads only `extrapolation/extrapolation.json`
-    (a folder named exactly `extrapolation`), so the new folder adds no row to a comparison of
-    the run or its sweep and never poses as another seed of it. Says where the files go."""
+    after-training table. compare.py's find_results finds only `extrapolation/extrapolation.json`
+    (a folder named exactly `extrapolation`) in a run or sweep, so the new folder adds no row to
+    a comparison of the run or its sweep and never poses as another seed of it (passed itself,
+    it is a row named by its folder). Says where the files go."""
     first = run / "extrapolation"
     if claim_folder(first):
         return first, True

@@ -87,11 +87,28 @@ class ConsoleLine(L.Callback):
         self.every = max(1, int(every))
         self._since: tuple[float, int] | None = None
         self._last = -1
+        self._validating_since = time.perf_counter()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._since = (time.perf_counter(), trainer.global_step)
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating_since = time.perf_counter()
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # a validation during training says what it found and what it took: on a CPU it can be
+        # tens of seconds after the last step line (the step-0 one is announced by training.py)
+        fitting = trainer.state.fn == "fit"  # not trainer.validate() (step 0, eval.py)
+        if fitting and not trainer.sanity_checking and trainer.is_global_zero:
+            loss = trainer.callback_metrics.get("val/loss")
+            took = time.perf_counter() - self._validating_since
+            if loss is not None:
+                log.info(
+                    "validation at step %d: val/loss %.4f (%.0f s)",
+                    trainer.global_step,
+                    float(loss),
+                    took,
+                )
         # the next line times training steps only, not this validation
         self._since = (time.perf_counter(), trainer.global_step)
 

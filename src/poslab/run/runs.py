@@ -7,6 +7,7 @@ of state) and a `run.json` (its resolved settings, written when it starts).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from dataclasses import dataclass
@@ -16,8 +17,13 @@ from typing import Any
 from poslab.arguments import OneLineParser, at_least
 from poslab.errors import ConfigError, exit_on_config_error
 
-COLUMNS = ("started", "status", "data", "scheme", "model", "L", "steps", "seed", "val ppl",
-           "ppl @ longest", "evals", "parent", "folder")  # fmt: skip
+COLUMNS = ("started", "status", "data", "scheme", "model", "L", "steps", "seed", "options",
+           "val ppl", "ppl @ longest", "evals", "parent", "folder")  # fmt: skip
+# overrides a column already shows, or that change where a run goes and how it prints, not what
+# it is: the rest (pos.learnable_theta=true, optim.lr=...) are the options that tell runs apart
+SHOWN = ("pos=", "model=", "seed=", "trainer.max_steps=", "train.max_tokens=", "data.seq_len=",
+         "data.path=", "data=", "resume=", "extend=", "trainer.enable_progress_bar=", "hydra.",
+         "logger")  # fmt: skip
 
 
 @dataclass
@@ -28,6 +34,7 @@ class RunSummary:
     settings: dict[str, Any]  # run.json (poslab.run.run_folder.write_run_settings)
     results: list[dict]
     evaluations: list[str]  # the run's evaluation folders: extrapolation/, then eval.py's
+    overrides: list[str]  # the command line's (Hydra's .hydra/overrides.yaml)
 
     def cells(self, root: Path) -> list[str]:
         import time
@@ -48,12 +55,18 @@ class RunSummary:
             str(settings.get("seq_len", "?")),
             done,
             str(settings.get("seed", "?")),
+            self.options(),
             val,
             self.longest(),
             str(len(self.evaluations)),
             self.parent(root),
             str(_shown(self.folder, root)),
         ]
+
+    def options(self) -> str:
+        """The command line's overrides that no other column shows (`experiment=` included)."""
+        shown = [o for o in self.overrides if not o.lstrip("+~").startswith(SHOWN)]
+        return " ".join(shown).replace("|", "\\|")
 
     def parent(self, root: Path) -> str:
         """The run a child of extend= started from, and the start of its checkpoint's SHA-256."""
@@ -86,6 +99,17 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
+def _overrides(path: Path) -> list[str]:
+    """A run's command-line overrides; none where the file is missing or unreadable."""
+    import yaml
+
+    try:
+        overrides = yaml.safe_load(path.read_text()) if path.is_file() else []
+    except (OSError, yaml.YAMLError):
+        return []
+    return [str(o) for o in overrides] if isinstance(overrides, list) else []
+
+
 def find_runs(root: Path) -> list[RunSummary]:
     """Every run folder under `root` (or `root` itself), newest first."""
     runs = []
@@ -112,7 +136,8 @@ def find_runs(root: Path) -> list[RunSummary]:
         evaluations = sorted(
             p.parent.name for p in folder.glob("extrapolation*/extrapolation.json")
         )
-        runs.append(RunSummary(folder, started, status, settings, results, evaluations))
+        overrides = _overrides(folder / ".hydra" / "overrides.yaml")
+        runs.append(RunSummary(folder, started, status, settings, results, evaluations, overrides))
     return sorted(runs, key=lambda r: r.started, reverse=True)
 
 
@@ -124,7 +149,8 @@ def runs_table(runs: list[RunSummary], root: Path) -> str:
 
 
 USAGE = """List training runs, newest first: the settings that tell them apart (data, scheme,
-model, L, steps, seed), where each stands (status, step), its validation perplexity and its
+model, L, steps, seed, and the command line's other options, e.g. pos.learnable_theta=true),
+where each stands (status, step), its validation perplexity and its
 perplexity (or accuracy) at the longest evaluated length, the run it was fine-tuned from
 (extend=; with its checkpoint's SHA-256) and its folder.
 
@@ -138,7 +164,11 @@ poslab-runs --last 5
 
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> None:
-    parser = OneLineParser(prog="scripts/runs.py", description=USAGE)
+    parser = OneLineParser(
+        prog="scripts/runs.py",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the examples one per line
+    )
     parser.add_argument("folder", nargs="?", type=Path, default=Path("outputs"))
     parser.add_argument("--last", type=at_least(1), default=None, help="only the N newest runs")
     args = parser.parse_args(argv)

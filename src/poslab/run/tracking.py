@@ -87,7 +87,8 @@ def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None)
     offline = wandb_offline(logger_cfg.pop("offline", None))
     timeout = float(logger_cfg.pop("init_timeout", 60))
     keep_wandb_files_writable(out)
-    logger_cfg["group"] = logger_cfg.get("group") or sweep_group() or config.get("run_name")
+    # the study driver names its jobs' group in W&B's own variable (a user's value wins)
+    logger_cfg["group"] = wandb_group(logger_cfg, sweep_group() or config.get("run_name"))
     config["logger"]["group"] = logger_cfg["group"]
     # each job of a sweep is its own W&B run; the resolved config arrives through the
     # LightningModule's hyperparameters
@@ -98,7 +99,7 @@ def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None)
         import wandb
 
         kwargs["settings"] = wandb.Settings(init_timeout=timeout)
-        logger = instantiate_checked(logger_cfg, offline=False, **kwargs)
+        logger = _without_anonymous(instantiate_checked(logger_cfg, offline=False, **kwargs))
         try:
             logger.experiment  # noqa: B018 -- starts the W&B run now, within init_timeout
             return logger
@@ -113,7 +114,16 @@ def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None)
             # wandb keeps the settings of its first start in this process: say offline to
             # wandb.init itself (Lightning's offline=True only sets WANDB_MODE)
             kwargs["settings"] = wandb.Settings(mode="offline")
-    return instantiate_checked(logger_cfg, offline=True, **kwargs)
+    return _without_anonymous(instantiate_checked(logger_cfg, offline=True, **kwargs))
+
+
+def _without_anonymous(logger: Any) -> Any:
+    """Lightning's WandbLogger passes `anonymous=None` to wandb.init, and wandb >= 0.19 warns
+    that the setting has no effect whenever it is passed at all: leave it out."""
+    init = getattr(logger, "_wandb_init", None)
+    if isinstance(init, dict) and init.get("anonymous") is None:
+        init.pop("anonymous", None)
+    return logger
 
 
 def wandb_run_of(logger: Any) -> Any:
@@ -237,3 +247,106 @@ def log_results(
     run.log(payload)
     for r in rows:
         run.summary[f"extrapolation/{r['mode']}/{value}@{r['length']}"] = r[value]
+
+
+def uses_wandb(logger_cfg: Any) -> bool:
+    """Whether a run's `logger` config is W&B's."""
+    return bool(logger_cfg) and str(logger_cfg.get("_target_", "")).endswith("WandbLogger")
+
+
+def wandb_group(logger_cfg: Any, fallback: str | None) -> str | None:
+    """The W&B group of a run, and of the comparison of a sweep or study: `logger.group`, else
+    W&B's own WANDB_RUN_GROUP (the study driver sets it for its jobs), else `fallback` (the
+    sweep folder's name, the study's, or the run's name)."""
+    return (logger_cfg or {}).get("group") or os.environ.get("WANDB_RUN_GROUP") or fallback
+
+
+def log_comparison(folder: Path, logger_cfg: Any, group: str, name: str) -> Path | None:
+    """A merged comparison (`folder`: compare.py's comparison.csv, .md and figures) as one W&B
+    run of job_type=comparison in `group`, the group of the runs it merges, so the W&B project
+    shows a sweep or a study as a unit. Its files go to `folder`'s parent, beside those runs'
+    (compare.py replaces `folder`). Nothing where the runs used no W&B, or where this very
+    comparison was logged before (a study run again with nothing new); a W&B that cannot start,
+    or a file it cannot read, is a warning (the comparison is on disk). Returns the W&B run's
+    folder."""
+    if not uses_wandb(logger_cfg) or not (folder / "comparison.csv").is_file():
+        return None
+    import hashlib
+
+    import wandb
+
+    home = folder.parent
+    digest = hashlib.sha256(
+        b"".join(p.read_bytes() for p in sorted(folder.glob("comparison.*")))
+    ).hexdigest()
+    marker = home / "wandb" / "comparison-logged.sha256"
+    if marker.is_file() and marker.read_text().strip() == digest:
+        return None
+    keep_wandb_files_writable(home)
+    offline = wandb_offline(logger_cfg.get("offline"))
+    try:
+        run = wandb.init(
+            project=logger_cfg.get("project") or "poslab",
+            entity=logger_cfg.get("entity"),
+            group=group,
+            name=f"{name}-comparison",
+            job_type="comparison",
+            dir=str(home),
+            mode="offline" if offline else "online",
+            settings=wandb.Settings(init_timeout=float(logger_cfg.get("init_timeout") or 60)),
+            reinit="finish_previous",
+        )
+    except Exception as err:  # wandb raises many types (CommError, UsageError, timeouts)
+        log.warning("the comparison was not logged to W&B (%s: %s)", type(err).__name__, err)
+        return None
+    failed = True
+    try:
+        _log_comparison_files(run, folder)
+        where = Path(run.dir).parent
+        failed = False
+    except Exception as err:  # a damaged file: the study's or sweep's end goes on without it
+        log.warning("the comparison was not logged to W&B (%s: %s)", type(err).__name__, err)
+        return None
+    finally:
+        with _signals_ignored():
+            run.finish(exit_code=1 if failed else 0)
+    marker.write_text(digest + "\n")  # only once it is logged whole
+    return where
+
+
+def _log_comparison_files(run: Any, folder: Path) -> None:
+    """The table, the report (the differences, their intervals and Holm p) and the figures."""
+    import csv
+    import html
+
+    import wandb
+
+    with open(folder / "comparison.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns = [
+        c for c in (rows[0] if rows else {}) if any(r.get(c) not in ("", None) for r in rows)
+    ]
+    table = wandb.Table(
+        columns=columns,
+        data=[[_cell(r.get(c)) for c in columns] for r in rows],
+        allow_mixed_types=True,
+    )
+    payload: dict[str, Any] = {"comparison/table": table}
+    if (folder / "comparison.md").is_file():
+        text = (folder / "comparison.md").read_text()
+        payload["comparison/report"] = wandb.Html(f"<pre>{html.escape(text)}</pre>")
+    for png in sorted(folder.glob("*.png")):
+        payload[f"comparison/{png.stem}"] = wandb.Image(str(png))
+    run.log(payload)
+    run.summary["comparison/rows"] = len({r.get("scheme") for r in rows})
+    run.summary["comparison/folder"] = str(folder)
+
+
+def _cell(text: str | None) -> Any:
+    """A CSV cell as W&B's table shows it: a number where it is one, empty as nothing."""
+    if text in ("", None):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text

@@ -343,6 +343,7 @@ def run_training(
         if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
             trainer, module, datamodule = run.trainer, run.module, run.datamodule
+            log.info("validation at step 0, the loss training starts from (seconds to minutes)")
             (initial,) = trainer.validate(module, datamodule=datamodule, verbose=False)
             metrics["val/loss_initial"] = initial["val/loss"]
         phase = "training"

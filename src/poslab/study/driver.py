@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poslab.arguments import OneLineParser, check_writable
+from poslab.arguments import OneLineParser, a_path, check_writable
 from poslab.errors import ConfigError, RunBusy, exit_on_config_error
 from poslab.run.run_folder import RunLock
 from poslab.study.folders import (
@@ -157,7 +157,9 @@ def check_same_study(out: Path, study: Study) -> None:
         old = json.loads(path.read_text())
     except ValueError:
         old = None
-    if not isinstance(old, dict):
+    # a hand-edited file: every job's entry is read when the study resumes
+    jobs = (old.get("jobs") or {}) if isinstance(old, dict) else None
+    if not isinstance(jobs, dict) or not all(isinstance(e, dict) for e in jobs.values()):
         raise ConfigError(f"{path} cannot be read; remove it or pass another --out")
     if old.get("recipe") != study.name:
         raise ConfigError(
@@ -289,6 +291,8 @@ class Driver:
                 self.plan.study, planned.job.overrides, self.overrides, folder, self.launcher
             )
         env = dict(os.environ)
+        # one W&B group for the study's runs and its comparison (a user's WANDB_RUN_GROUP wins)
+        env.setdefault("WANDB_RUN_GROUP", self.study_group)
         if self.launcher == "local":
             slots = len(self._slots())
             cores = max(1, self.plan.devices[0].cores // slots)
@@ -400,11 +404,30 @@ class Driver:
                 entry.process.wait()
 
     # -- the end: the merged table, throughput, what is missing ------------------------------
+    @property
+    def study_group(self) -> str:
+        return os.environ.get("WANDB_RUN_GROUP") or f"study-{self.out.name}"
+
+    def _log_comparison(self, missing: list[str]) -> None:
+        """The merged comparison once in W&B, in the jobs' group, where the jobs log to W&B and
+        every job has its result (a stopped or partial study logs nothing: its next run will)."""
+        from poslab.run.tracking import log_comparison, uses_wandb, wandb_group
+
+        loggers = [p.job.config.get("logger") for p in self.plan.jobs]
+        logger = next((lg for lg in loggers if uses_wandb(lg)), None)
+        if logger is None or missing or self.stop_reason:
+            return
+        group = wandb_group(logger, self.study_group)
+        name = self.plan.study.name
+        if folder := log_comparison(self.out / "comparison", logger, group, name):
+            print(f"logged the comparison to W&B, group {group}: {folder}", flush=True)
+
     def report(self) -> int:
         from poslab.study.report import write_report
 
         minutes = (time.monotonic() - self.started) / 60
         missing = write_report(self.plan, self.out, self.state.data, minutes, self.resume_line)
+        self._log_comparison(missing)
         if self.stop_reason:
             print(
                 f"study stopped by {self.stop_reason}; resume it with: {self.resume_line}",
@@ -455,6 +478,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument(
         "--out",
         default=None,
+        type=a_path,
         help="the study's folder (default outputs/studies/<recipe>); the same "
         "command again resumes it",
     )
@@ -525,9 +549,13 @@ def check_args(parser: OneLineParser, args: Any) -> None:
             parser.error(f"--{name.replace('_', '-')} {value:g}: must be > 0 minutes")
     if args.gpus is not None:
         try:
-            args.gpus = [int(i) for i in args.gpus.split(",")]
+            gpus = [int(i) for i in args.gpus.split(",")]
         except ValueError:
             parser.error(f"--gpus {args.gpus!r}: write GPU indices, e.g. 0,1")
+        if any(i < 0 for i in gpus) or len(set(gpus)) < len(gpus):
+            # a GPU named twice would get twice the jobs its memory was planned for
+            parser.error(f"--gpus {args.gpus}: name each GPU once, by its index (0, 1, ...)")
+        args.gpus = gpus
     if args.launcher != "local" and (args.gpus or args.device != "auto"):
         parser.error(f"--launcher {args.launcher} places jobs itself; drop --device/--gpus")
 

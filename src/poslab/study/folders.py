@@ -30,10 +30,13 @@ def evals_missing(out: Path, study: Study, name: str) -> list[str]:
 
 
 def job_status(out: Path, name: str) -> dict[str, Any]:
+    """The job's status.json; {} without one, or for one that is no JSON object (cut off, or
+    hand-edited), as for a run that wrote none: its checkpoint says how far it got."""
     try:
-        return json.loads((run_folder(out, name) / "status.json").read_text())
+        status = json.loads((run_folder(out, name) / "status.json").read_text())
     except (OSError, ValueError):
         return {}
+    return status if isinstance(status, dict) else {}
 
 
 def checkpoint_step(folder: Path) -> int | None:
@@ -76,7 +79,12 @@ def check_runs_match(out: Path, study: Study) -> None:
         folder = run_folder(out, job.name)
         if not (folder / ".hydra" / "config.yaml").is_file():
             continue  # no run took the folder yet (train.py refuses a checkpoint of another run)
-        ran = run_options(folder) or {}
+        ran = run_options(folder)
+        if ran is None:  # all its options would read as changed, each None
+            raise ConfigError(
+                f"job {job.name}: {folder}/.hydra/config.yaml cannot be read (cut off or "
+                f"hand-edited); restore it, or delete {folder} to train the job again"
+            )
         keys = sorted(set(ran) | set(job.options))
         differ = [
             k

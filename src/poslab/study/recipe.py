@@ -86,7 +86,9 @@ def load_study(recipe: str) -> Study:
                 "(or pass a study .yaml file)"
             )
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file (not UTF-8); pass a study .yaml") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML ({str(err).splitlines()[0]})") from None
     _only_known(path, "the study", raw, TOP_KEYS)
@@ -121,6 +123,22 @@ def load_study(recipe: str) -> Study:
         plan=plan,
         evals=evals,
     )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is an error: PyYAML keeps
+    the last, so a second `grid:` or a second job of one name replaced the first silently."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _evals(evals: Any, path: Path) -> dict[str, list[str]]:
@@ -250,8 +268,44 @@ def compose_jobs(study: Study, overrides: list[str], launcher: str | None = None
             as_saved.pop("hydra", None)
             job.config = config
             job.options = settings_of(as_saved)
+        _check_evals(study)
     GlobalHydra.instance().clear()
     check_jobs(study)
+
+
+def _check_evals(study: Study) -> None:
+    """Each `evals:` entry composed as eval.py would compose it and its options checked (inside
+    an initialized Hydra): a typo failed only once the jobs it evaluates had trained. Two
+    entries of the same evaluation would score every job twice."""
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from poslab.apps.evaluate import ENTRY_KEYS, entry_option_problem
+    from poslab.run.cli import hydra_error_line
+    from poslab.run.validate import check_eval_config
+
+    seen: dict[str, str] = {}
+    for name, overrides in study.evals.items():
+        where = f"{study.source.name}: evals.{name}"
+        try:
+            cfg = compose("eval", overrides=overrides)
+            check_eval_config(cfg.eval)
+            problem = next(
+                filter(None, (entry_option_problem(k, cfg.get(k)) for k in ENTRY_KEYS)), None
+            )
+            if problem:
+                raise ConfigError(problem)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
+        except (HydraException, OmegaConfBaseException, ValueError) as err:
+            raise ConfigError(f"{where}: {hydra_error_line(err)}") from None
+        same = repr(sorted(overrides))
+        if same in seen:
+            raise ConfigError(
+                f"{where} is evals.{seen[same]} again ({' '.join(overrides)}); keep one"
+            )
+        seen[same] = name
 
 
 def _check_overrides(study: Study, overrides: list[str]) -> None:
@@ -265,6 +319,13 @@ def _check_overrides(study: Study, overrides: list[str]) -> None:
                 f"{given}: the study places every job in <out>/runs/<job>/ and resumes it "
                 "itself (the same command again); drop it, and choose the folder with --out"
             )
+    for job in study.jobs:  # (the command line's last value wins, as in train.py: scripts
+        # append overrides; a recipe's job is one list, where a key twice is a slip)
+        keys = [_key(o) for o in job.overrides]
+        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if twice is not None:
+            both = " and ".join(o for o in job.overrides if _key(o) == twice)
+            raise ConfigError(f"job {job.name} set {twice} twice ({both}); give it once")
     set_by_jobs = {_key(o) for job in study.jobs for o in job.overrides}
     clash = [o for o in overrides if _key(o) in set_by_jobs]
     if clash:
