@@ -599,7 +599,7 @@ def read_result(path: Path, for_report: bool = False) -> list[dict]:
     trained: dict[tuple, Any] = {}  # each scheme's training length
     for i, row in enumerate(rows):
         problem = row_problem(row, fields)
-        if row_problem(row, ROW_FIELDS) is None:  # two rows of one cell, or of one run's lengths
+        if problem is None:  # two rows of one cell, or of one run's lengths
             cell = (
                 row["scheme"],
                 row.get("task"),
@@ -607,15 +607,15 @@ def read_result(path: Path, for_report: bool = False) -> list[dict]:
                 row["length"],
                 row.get("short_context"),
             )
-            if cell in seen:
-                problem = problem or f"repeats row {seen[cell] + 1} (length {row['length']})"
-            seen.setdefault(cell, i)
             first = trained.setdefault((row["scheme"], row.get("task")), row.get("train_length"))
-            if problem is None and first != row.get("train_length"):
+            if cell in seen:
+                problem = f"repeats row {seen[cell] + 1} (length {row['length']})"
+            elif first != row.get("train_length"):
                 problem = (
                     f"has train_length={row.get('train_length')!r}, but an earlier row of "
                     f"{row['scheme']} has {first!r} (one run trains at one length)"
                 )
+            seen.setdefault(cell, i)
         if problem:
             scheme = f" ({row.get('scheme')}, {row.get('mode')})" if isinstance(row, dict) else ""
             raise ConfigError(

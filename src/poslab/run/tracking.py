@@ -82,7 +82,7 @@ def build_logger(config: dict[str, Any], out: Path, wandb_id: str | None = None)
     if not logger_cfg:
         return False
     kwargs: dict[str, Any] = {"save_dir": str(out)}
-    if not logger_cfg["_target_"].endswith("WandbLogger"):
+    if not uses_wandb(logger_cfg):
         return instantiate_checked(logger_cfg, **kwargs)
     offline = wandb_offline(logger_cfg.pop("offline", None))
     timeout = float(logger_cfg.pop("init_timeout", 60))
@@ -205,7 +205,7 @@ def start_eval_wandb_run(config: dict[str, Any], eval_config: dict[str, Any], ou
     """A W&B run of job_type=eval in the training run's group, for the run whose resolved
     `config` a checkpoint stored (None if that run used no W&B). W&B's files go to `out`."""
     logger = config.get("logger") or {}
-    if not str(logger.get("_target_", "")).endswith("WandbLogger"):
+    if not uses_wandb(logger):
         return None
     import wandb
 

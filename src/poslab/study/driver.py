@@ -406,7 +406,9 @@ class Driver:
     # -- the end: the merged table, throughput, what is missing ------------------------------
     @property
     def study_group(self) -> str:
-        return os.environ.get("WANDB_RUN_GROUP") or f"study-{self.out.name}"
+        """The W&B group of the study's jobs and comparison, unless WANDB_RUN_GROUP or
+        logger.group names one (tracking.wandb_group)."""
+        return f"study-{self.out.name}"
 
     def _log_comparison(self, missing: list[str]) -> None:
         """The merged comparison once in W&B, in the jobs' group, where the jobs log to W&B and
