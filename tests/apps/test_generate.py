@@ -218,3 +218,22 @@ def test_why_there_is_no_key_value_cache_is_shown(trained_runs, capsys):
     )
     err = capsys.readouterr().err
     assert "note: no key/value cache: pos=Rotary treats a token by the forward's length" in err
+
+
+def test_a_long_generation_says_how_far_it_is(capsys):
+    """The progress line (every 5 s in generate.py's main; here at every token): new tokens so
+    far of those asked, and the rate; none after the last token."""
+    from models import tiny_gpt, tokens
+
+    from poslab.apps.generate import Progress, generate
+
+    model = tiny_gpt("rope")
+    capsys.readouterr()
+    args = (tokens(1, 4), 6, 0.0, None, None, torch.Generator(), model.new_cache())
+    generate(model, *args, progress=Progress(6, every=0.0))
+    lines = capsys.readouterr().err.strip().splitlines()
+    expected = [f"note: {n}/6 new tokens" for n in range(1, 6)]
+    assert [line.split(",")[0] for line in lines] == expected
+    assert all(line.endswith("tokens/s") for line in lines)
+    generate(model, *args[:-1], model.new_cache(), progress=Progress(6))  # 5 s: says nothing
+    assert capsys.readouterr().err == ""

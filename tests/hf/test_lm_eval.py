@@ -1,7 +1,8 @@
 """lm-evaluation-harness (`lm-eval`, its `hf` model: HFLM) on an exported poslab model, offline:
 a local task (a YAML over a local JSON file) scored through HFLM gives, example by example, the
 log-likelihoods and greedy matches poslab's own model computes, and a generation task gives
-poslab's greedy continuation."""
+poslab's greedy continuation, one request at a time and in batches of unequal contexts (HFLM
+pads log-likelihood batches on the right without a mask, generation batches on the left)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def poslab_scores(model: torch.nn.Module, tokenizer, docs: list[dict]) -> list[t
 
 
 @pytest.mark.slow  # lm-eval and datasets: ~10 s of imports and dataset building
-def test_lm_eval_scores_an_exported_model_offline_as_poslab_does(tmp_path, monkeypatch):
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_lm_eval_scores_an_exported_model_offline_as_poslab_does(batch_size, tmp_path, monkeypatch):
     import lm_eval
     from lm_eval.tasks import TaskManager
 
@@ -74,9 +76,9 @@ def test_lm_eval_scores_an_exported_model_offline_as_poslab_does(tmp_path, monke
     export_custom_code(model, config, tokenizer, tmp_path / "model")
     generator = torch.Generator().manual_seed(3)
     docs = []
-    for _ in range(6):
-        words = [f"w{int(i)}" for i in torch.randint(0, 39, (9,), generator=generator)]
-        docs.append({"context": " ".join(words[:7]), "target": " " + " ".join(words[7:])})
+    for n in range(6):  # contexts of 4 to 8 words: a batch pads them
+        words = [f"w{int(i)}" for i in torch.randint(0, 39, (6 + n % 5,), generator=generator)]
+        docs.append({"context": " ".join(words[:-2]), "target": " " + " ".join(words[-2:])})
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps(d) + "\n" for d in docs))
     tasks = tmp_path / "tasks"
@@ -93,7 +95,7 @@ def test_lm_eval_scores_an_exported_model_offline_as_poslab_does(tmp_path, monke
         model_args=f"pretrained={tmp_path / 'model'},trust_remote_code=True,dtype=float32",
         tasks=["poslab_local_loglikelihood", "poslab_local_generate"],
         task_manager=TaskManager(include_path=str(tasks)),
-        batch_size=1,
+        batch_size=batch_size,
         device="cpu",
         log_samples=True,
     )

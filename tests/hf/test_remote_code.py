@@ -1,7 +1,9 @@
 """Every scheme as a Hugging Face model with custom code (poslab/hf/bundle.py, hf/remote/): the
 exported folder loads with `AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True)`
 in a process that cannot import poslab (nor Hydra, OmegaConf or Lightning), gives poslab's
-logits at 1x, 4x and 16x L, and decodes greedily as poslab's own model does, token for token."""
+logits at 1x, 4x and 16x L, and decodes greedily as poslab's own model does, token for token;
+a batch of prompts of unequal length, padded on the left, generates what each prompt does
+alone."""
 
 from __future__ import annotations
 
@@ -42,8 +44,11 @@ CASES: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
     ("learned_clamp", "learned", "auto", {}, {"pos_overrides": {"beyond_table": "clamp"}}),
 ]
 
+SHORTER = 3  # the padded batch's first prompt: the probe's prompt without its first 3 tokens
 # runs in a fresh interpreter where poslab, Hydra, OmegaConf and Lightning cannot be imported
-CHILD = r"""
+CHILD = (
+    f"SHORTER = {SHORTER}\n"
+    + r"""
 import sys
 for name in ("poslab", "hydra", "omegaconf", "lightning", "pytorch_lightning"):
     sys.modules[name] = None
@@ -63,14 +68,21 @@ for folder in map(Path, sys.argv[2:]):
         except Exception as err:
             logits.append(f"{type(err).__name__}: {err}")
     greedy = {"do_sample": False, "max_new_tokens": probe["new"]}
+    prompt, short = probe["prompt"], probe["prompt"][:, SHORTER:]
+    padded = torch.cat([torch.cat([torch.zeros_like(prompt[:, :SHORTER]), short], 1), prompt])
+    mask = torch.ones_like(padded)
+    mask[0, :SHORTER] = 0
     results[folder.name] = {
         "logits": logits,
-        "generated": model.generate(probe["prompt"], use_cache=False, **greedy),
-        "cached": model.generate(probe["prompt"], use_cache=True, **greedy),
+        "generated": model.generate(prompt, use_cache=False, **greedy),
+        "cached": model.generate(prompt, use_cache=True, **greedy),
         "cache_problem": model.cache_problem,
+        "short": model.generate(short, use_cache=True, **greedy),
+        "batch": model.generate(padded, attention_mask=mask, pad_token_id=0, **greedy),
     }
 torch.save(results, sys.argv[1])
 """
+)
 
 
 def with_eval_options(config: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
@@ -165,6 +177,32 @@ def test_an_exported_model_loads_with_trust_remote_code_and_gives_poslabs_logits
             probe["prompt"], do_sample=False, max_new_tokens=probe["new"], use_cache=use_cache
         )
         assert generated.tolist() == ours["generated"].tolist()
+        check_left_padded_batch(model, probe, use_cache)
+
+
+def check_left_padded_batch(model: Any, probe: dict[str, Any], use_cache: bool) -> None:
+    """Two prompts of unequal length in one batch, the shorter padded on the left (the
+    attention mask's zeros): each generates what it generates alone; padding on the right is
+    refused in one line."""
+    prompt = probe["prompt"]
+    short = prompt[:, SHORTER:]
+    padded = torch.cat([torch.cat([torch.zeros_like(prompt[:, :SHORTER]), short], 1), prompt])
+    mask = torch.ones_like(padded)
+    mask[0, :SHORTER] = 0
+    greedy = {"do_sample": False, "max_new_tokens": probe["new"], "use_cache": use_cache}
+    batch = model.generate(padded, attention_mask=mask, pad_token_id=0, **greedy)
+    check_batch(batch, [model.generate(p, **greedy) for p in (short, prompt)])
+    with pytest.raises(ValueError, match="padding on the left only"):
+        model(input_ids=padded, attention_mask=mask.flip(1))
+
+
+def check_batch(batch: torch.Tensor, alone: list[torch.Tensor]) -> None:
+    """Each row of a left-padded batch's generation (the first padded by SHORTER) is its
+    prompt's alone, then padding (0) where it ended earlier, at <eos>."""
+    for row, lead, single in zip(batch.tolist(), (SHORTER, 0), alone, strict=True):
+        single = single[0].tolist()
+        assert row[lead : lead + len(single)] == single
+        assert set(row[lead + len(single) :]) <= {0}
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +240,7 @@ def test_without_poslab_greedy_generation_equals_poslabs_greedy_decoding(name, e
     assert theirs[name]["generated"].tolist() == ours[name]["generated"].tolist()
     assert theirs[name]["cached"].tolist() == ours[name]["generated"].tolist()
     assert theirs[name]["cache_problem"] == ours[name]["cache_problem"]
+    check_batch(theirs[name]["batch"], [theirs[name]["short"], theirs[name]["cached"]])
 
 
 def test_the_folder_imports_nothing_beyond_its_requirements(tmp_path):

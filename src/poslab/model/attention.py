@@ -537,9 +537,12 @@ class Blockwise(AttentionKernel):
         end: int,
         decay: Tensor | None = None,
         data: Any = None,
+        padding: Tensor | None = None,
     ) -> Tensor:
         """fp32 scores (B or 1, H, end − start, end) of queries start..end−1 over keys
-        0..end−1, every scheme hook applied, hidden keys at −inf."""
+        0..end−1, every scheme hook applied, hidden keys at −inf. `padding` (B, ≥ end), True
+        at the left padding of a batch of unequal sequences: those keys are hidden too, except
+        from themselves (a padding query sees its own key, so no row is empty)."""
         seq_len, scale = q.shape[-2], q.shape[-1] ** -0.5
         index = torch.arange(seq_len, device=q.device)
         positions = prepared.fp32
@@ -568,6 +571,9 @@ class Blockwise(AttentionKernel):
             if decay is not None:
                 decay = decay.float()
                 scores = scores + decay[..., start:end, None] - decay[..., None, :end]
+            if padding is not None:  # after the hooks: they see the causal mask they know
+                itself = index[start:end, None] == index[None, :end]
+                future = future | (padding[:, None, None, :end] & ~itself)
             return scores.masked_fill(future, float("-inf"))
 
     def weights(
@@ -582,13 +588,14 @@ class Blockwise(AttentionKernel):
         decay: Tensor | None = None,
         sinks: Tensor | None = None,
         data: Any = None,
+        padding: Tensor | None = None,
     ) -> Tensor:
         """fp32 attention probabilities (B or 1, H, end − start, end) of queries start..end−1
         over keys 0..end−1, every scheme hook applied: the reference definition of attention
         (also used by analysis tools that look at the weights). With `sinks` (H,) the softmax
         runs over the scores and each head's sink logit, and the sink's weight is dropped: a
-        row then sums to less than 1."""
-        scores = self.scores(q, k, pos, prepared, layer, start, end, decay, data)
+        row then sums to less than 1. `padding`: as `scores`."""
+        scores = self.scores(q, k, pos, prepared, layer, start, end, decay, data, padding)
         with torch.autocast(device_type=q.device.type, enabled=False):
             if sinks is None:
                 return torch.softmax(scores, dim=-1)
@@ -608,14 +615,18 @@ class Blockwise(AttentionKernel):
         layer: int,
         decay: Tensor | None = None,
         sinks: Tensor | None = None,
+        padding: Tensor | None = None,
     ) -> Tensor:
         """The attention (B, H, Tq, D) of the last Tq queries `q` over every key `k`, `v`
         (B, H, Tk, ·), Tk ≥ Tq, at the positions of `prepared` (all Tk tokens): what
-        `__call__` gives for those rows, computed for them alone."""
+        `__call__` gives for those rows, computed for them alone. `padding` (B, Tk): the keys
+        of a batch's left padding, hidden (`scores`)."""
         start, end = k.shape[-2] - q.shape[-2], k.shape[-2]
         rows = q.new_zeros(*q.shape[:2], end, q.shape[-1])  # `scores` reads rows start..end−1
         rows[:, :, start:] = q
-        weights = self.weights(rows, k, pos, prepared, layer, start, end, decay, sinks)
+        weights = self.weights(
+            rows, k, pos, prepared, layer, start, end, decay, sinks, padding=padding
+        )
         return weights.to(v.dtype) @ v
 
     def __call__(
@@ -675,8 +686,21 @@ class StickBreaking(Blockwise):
                 "no key to attend to; widen the window or set attention.attend_current=true"
             )
 
-    def weights(self, q, k, pos, prepared, layer, start, end, decay=None, sinks=None, data=None):  # noqa: ANN001, E501
-        z = self.scores(q, k, pos, prepared, layer, start, end, decay, data)
+    def weights(
+        self,
+        q: Tensor,
+        k: Tensor,
+        pos: Any,
+        prepared: Any,
+        layer: int,
+        start: int,
+        end: int,
+        decay: Tensor | None = None,
+        sinks: Tensor | None = None,
+        data: Any = None,
+        padding: Tensor | None = None,
+    ) -> Tensor:
+        z = self.scores(q, k, pos, prepared, layer, start, end, decay, data, padding)
         with torch.autocast(device_type=q.device.type, enabled=False):
             visible = torch.isfinite(z)
             if not self.attend_current:  # the diagonal: key start + r for query row r

@@ -9,6 +9,9 @@ The training loss fuses the output projection with the cross-entropy, in chunks 
 
 Generation may keep a key/value cache (`KVCache`, `new_cache`): each layer's rotated keys, its
 values and its decay for the tokens seen so far, so that a new token costs one query over them.
+A batch of prompts of unequal length is padded on the left (`left_padding`, as Hugging Face's
+generation pads): each sequence's tokens take positions 0, 1, … from its first real token, and
+no real token sees a padding key, so each sequence gets what it would get alone.
 The new queries attend through the kernel's blockwise reference form (`decoder`), which every
 hook serves. A model whose attention of a token depends on more than that token's own position
 and the cached keys gets no cache, with the reason (`cache_problem`): a kernel with a running
@@ -42,12 +45,11 @@ class KVCache:
     keys: list[Tensor | None]
     values: list[Tensor | None]
     decays: list[Tensor | None]
-    positions: Tensor | None = None  # (T,) or (T, A): the cached tokens' positions
+    positions: Tensor | None = None  # (T,) or (B, T) [+ (A,)]: the cached tokens' positions
     prepared: Prepared | None = None  # this forward's positions of every token, cached and new
-
-    @property
-    def length(self) -> int:
-        return 0 if self.positions is None else int(self.positions.shape[0])
+    left_padding: Tensor | None = None  # (B,): padding tokens before each sequence's first
+    padded_keys: Tensor | None = None  # this forward's (B, T) True at every padding key
+    length: int = 0  # tokens seen (padding included)
 
     def extend(
         self, layer: int, k: Tensor, v: Tensor, decay: Tensor | None
@@ -132,7 +134,9 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:  # new queries over every cached key (GPT.cache_problem: allowed)
             k, v, decay = cache.extend(layer, k, v, decay)
             decoder = kernel.decoder()
-            y = decoder.decode(q, k, v, pos, cache.prepared, layer, decay, self.sinks)
+            y = decoder.decode(
+                q, k, v, pos, cache.prepared, layer, decay, self.sinks, cache.padded_keys
+            )
         else:
             data = pos.layer_data(x, layer)  # what the score hook reads from x (PaTH), or None
             y = kernel(q, k, v, pos, prepared, state, layer, dropout, decay, self.sinks, data)
@@ -218,15 +222,28 @@ class GPT(nn.Module):
             )
 
     def hidden_states(
-        self, idx: Tensor, positions: Tensor | None = None, cache: KVCache | None = None
+        self,
+        idx: Tensor,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        left_padding: Tensor | None = None,
     ) -> Tensor:
         """Token ids (B, T) and positions ((T,) or (B, T)) -> final normalised states (B, T, d).
         Without positions the scheme gives them: 0..T−1 (randomized in training, if set). A
         multi-axis scheme takes (…, T, A), or token positions (…, T) of text (the same id on
         every axis). With a `cache` (new_cache), `idx` continues the cached tokens, at the
-        positions after theirs, and the cache keeps them too."""
+        positions after theirs, and the cache keeps them too. `left_padding` (B,): how many
+        tokens of each sequence are padding in front of it (its states are then zeros)."""
+        left_padding = self.checked_padding(idx, positions, cache, left_padding)
         if cache is not None:
-            return self._cached_hidden_states(idx, cache)
+            return self._cached_hidden_states(idx, cache, left_padding)
+        if left_padding is not None:
+            # without a cache, each sequence alone: every kernel and scheme, exactly as unpadded
+            rows = [
+                F.pad(self.hidden_states(row[None, lead:]), (0, 0, lead, 0))
+                for row, lead in zip(idx, left_padding.tolist(), strict=True)
+            ]
+            return torch.cat(rows)
         if positions is None:
             positions = self.pos.positions(idx.shape[0], idx.shape[1], idx.device)
         elif self.pos.position_axes and tuple(positions.shape) in (idx.shape[1:], idx.shape):
@@ -243,12 +260,59 @@ class GPT(nn.Module):
             x = block(x, prepared, self.pos, self.attention, state, layer)
         return self.ln_f(x)
 
-    def _cached_hidden_states(self, idx: Tensor, cache: KVCache) -> Tensor:
+    def checked_padding(
+        self,
+        idx: Tensor,
+        positions: Tensor | None,
+        cache: KVCache | None,
+        left_padding: Tensor | None,
+    ) -> Tensor | None:
+        """`left_padding` as a (B,) tensor, None where no sequence is padded; a ConfigError for
+        a padding the forward cannot take."""
+        if left_padding is None:
+            return None if cache is None else cache.left_padding
+        left_padding = torch.as_tensor(left_padding, device=idx.device)
+        batch = idx.shape[0]
+        if left_padding.shape != (batch,) or left_padding.is_floating_point():
+            raise ConfigError(
+                f"left_padding must be {batch} whole numbers, one per sequence, got "
+                f"{tuple(left_padding.shape)} of {left_padding.dtype}"
+            )
+        if positions is not None:
+            raise ConfigError("give positions or left_padding, not both")
+        if cache is not None and cache.length:  # the padding was set by the first forward
+            if cache.left_padding is None and not bool(left_padding.any()):
+                return None
+            if cache.left_padding is None or not torch.equal(cache.left_padding, left_padding):
+                raise ConfigError(
+                    "left_padding differs from the one this cache started with; a sequence is "
+                    "padded before its first token only"
+                )
+            return cache.left_padding
+        if bool((left_padding < 0).any()) or bool((left_padding >= idx.shape[1]).any()):
+            raise ConfigError(
+                f"left_padding={left_padding.tolist()}: each sequence needs at least one token "
+                f"of its {idx.shape[1]} (0 ≤ padding < {idx.shape[1]})"
+            )
+        return left_padding if bool(left_padding.any()) else None
+
+    def _cached_hidden_states(
+        self, idx: Tensor, cache: KVCache, left_padding: Tensor | None
+    ) -> Tensor:
         start, seq_len = cache.length, idx.shape[1]
         positions = torch.arange(start, start + seq_len, device=idx.device)
+        cache.left_padding = left_padding
+        if left_padding is not None:  # each sequence counts from its first real token
+            positions = (positions - left_padding[:, None]).clamp(min=0)
+            keys = torch.arange(start + seq_len, device=idx.device)
+            cache.padded_keys = keys < left_padding[:, None]
         if self.pos.position_axes:
             positions = self.pos.text_positions(positions)
-        every = positions if cache.positions is None else torch.cat([cache.positions, positions])
+        if cache.positions is None:
+            every = positions
+        else:  # a shared (T,) before may meet a padded (B, T) only at the first forward
+            token_dim = -2 if self.pos.position_axes else -1
+            every = torch.cat([cache.positions, positions], dim=token_dim)
         tokens = self.tok_emb(idx)
         if self.config.scale_embeddings:
             tokens = tokens * math.sqrt(self.config.d_model)
@@ -257,7 +321,8 @@ class GPT(nn.Module):
         x = self.drop(self.pos.embed(tokens, prepared))
         for layer, block in enumerate(self.blocks):
             x = block(x, prepared, self.pos, self.attention, None, layer, cache)
-        cache.positions, cache.prepared = every, None
+        cache.positions, cache.prepared, cache.padded_keys = every, None, None
+        cache.length += seq_len
         return self.ln_f(x)
 
     def cache_problem(self) -> str | None:
@@ -331,10 +396,14 @@ class GPT(nn.Module):
         return KVCache([None] * n, [None] * n, [None] * n)
 
     def forward(
-        self, idx: Tensor, positions: Tensor | None = None, cache: KVCache | None = None
+        self,
+        idx: Tensor,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        left_padding: Tensor | None = None,
     ) -> Tensor:
-        """Logits (B, T, vocab)."""
-        return self.lm_head(self.hidden_states(idx, positions, cache))
+        """Logits (B, T, vocab) (`hidden_states` says what each argument is)."""
+        return self.lm_head(self.hidden_states(idx, positions, cache, left_padding))
 
     def loss(self, idx: Tensor, targets: Tensor, positions: Tensor | None = None) -> Tensor:
         """Mean next-token cross-entropy (targets of -100 are ignored), fused with the output

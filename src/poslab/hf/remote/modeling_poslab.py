@@ -7,9 +7,10 @@ Generation keeps a key/value cache (poslab's KVCache: each layer's rotated keys,
 decay) where the model allows one, and otherwise recomputes the whole sequence at every step,
 which is right for every scheme and quadratic in the length; `cache_problem` says why a model
 has none (linear attention, a score hook reading each layer's input as PaTH and GRAPE do, a
-scheme that treats a token by the sequence's length as SSMax and xPos do). Padding is not
-supported: a batch of sequences of one length, or one sequence at a time (lm-evaluation-harness:
-batch_size=1).
+scheme that treats a token by the sequence's length as SSMax and xPos do). A batch of prompts
+of unequal length is padded on the left (`tokenizer.padding_side = "left"`, the attention mask's
+zeros in front): each sequence then generates what it generates alone (poslab's GPT
+`left_padding`); padding on the right or inside a sequence is refused.
 """
 
 from __future__ import annotations
@@ -75,6 +76,22 @@ def build_scheme(config: PoslabConfig) -> torch.nn.Module:
     # real numbers when built (HoPE's and p-RoPE's cut), and they are small
     with torch.device("cpu"):
         return instantiate_checked(pos, **sizes, n_layer=gpt_config.n_layer)
+
+
+def left_padding(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The padding in front of each sequence (B,) of an attention mask (B, T) (1: a token, 0:
+    padding), None without one; a ValueError for padding anywhere but in front."""
+    if attention_mask is None:
+        return None
+    mask = attention_mask.bool()
+    padding = (~mask).sum(dim=1)
+    in_front = torch.arange(mask.shape[1], device=mask.device)[None, :] >= padding[:, None]
+    if not torch.equal(mask, in_front):
+        raise ValueError(
+            "this poslab model takes padding on the left only (the attention mask's zeros in "
+            "front of each sequence): set tokenizer.padding_side = 'left'"
+        )
+    return padding
 
 
 class PoslabPreTrainedModel(PreTrainedModel):
@@ -167,15 +184,11 @@ class PoslabForCausalLM(PoslabPreTrainedModel, GenerationMixin):
         tokens after those of `cache` (`past_key_values` in transformers before 5.2x; a
         KVCache), which comes back extended."""
         given = cache if cache is not None else past_key_values
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError(
-                "this poslab model takes no padding (an attention_mask with zeros): pass "
-                "sequences of one length, or one at a time"
-            )
         cache = None
         if use_cache and self.cache_problem is None and labels is None:
             cache = given if isinstance(given, KVCache) else self.poslab.new_cache()
-        logits = self.poslab(input_ids, cache=cache)
+        padding = left_padding(attention_mask)
+        logits = self.poslab(input_ids, cache=cache, left_padding=padding)
         loss = None
         if labels is not None:  # next-token loss, as HF's causal LMs compute it
             loss = F.cross_entropy(
