@@ -857,3 +857,24 @@ def test_coarse_buckets_keep_every_token_and_the_weighted_mean():
     total = sum(m * c for _, m, c in buckets)
     assert sum(m * c for _, m, c in coarse) == pytest.approx(total)
     assert [s for s, _, _ in coarse] == sorted(s for s, _, _ in coarse)
+
+
+def test_the_budget_figure_gives_rows_orders_of_magnitude_apart_a_log_axis():
+    """The sinusoid's +250 beside ALiBi's -35 and T5's +6 (paper_cpu at 300 steps): a symmetric
+    log axis whose ticks name plain numbers; ratios 0.95-5 a log axis; close rows stay linear."""
+    from poslab.report.budget import spread_axis
+
+    fig, (differences, ratios, close) = plt.subplots(1, 3)
+    assert spread_axis(differences, [250.0, -35.0, 6.0], ratio=False) == " (symlog)"
+    assert spread_axis(ratios, [0.95, 1.1, 5.0], ratio=True) == " (log)"
+    assert spread_axis(close, [0.98, 1.12], ratio=True) == ""
+    assert (differences.get_yscale(), ratios.get_yscale(), close.get_yscale()) == (
+        "symlog",
+        "log",
+        "linear",
+    )
+    differences.set_ylim(-100, 1000)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in differences.get_yticklabels() if t.get_text()]
+    assert "100" in labels and "-10" in labels  # plain numbers, not 10^2
+    plt.close(fig)

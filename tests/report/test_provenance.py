@@ -199,3 +199,15 @@ def test_the_change_of_a_comparison_between_two_vocabularies_is_paired_by_seed(t
     assert at_l["old"]["mean"] == pytest.approx(-3.0) and at_l["new"]["mean"] == pytest.approx(-4.0)
     assert at_l["change"]["mean"] == pytest.approx(-1.0) and at_l["seeds"] == ["1", "2", "3"]
     assert "| alibi | nonoverlapping | 32 |" in (tmp_path / "out" / "change.md").read_text()
+
+
+def test_rows_merged_again_list_each_value_once():
+    """A budget axis merges rows already merged over seeds: a field that is a list there gives
+    its values once each (the figure's caption named 517c01f three times before)."""
+    from poslab.report.provenance import merged_provenance
+
+    rows = [{"code": ["git a", "git b"], "vocabulary": 2}, {"code": ["git b", "git c"]}]
+    rows.append({"code": "git a", "vocabulary": 2})
+    merged = merged_provenance(rows)
+    assert merged["code"] == ["git a", "git b", "git c"]
+    assert merged["vocabulary"] == [2, None]

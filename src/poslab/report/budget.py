@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,8 +238,11 @@ def budget_figure(
     budgets: dict[int, dict[tuple[str, str], Cell]], baseline: str, factor: float, title: str
 ) -> Any:
     """Per mode: the ratio at the longest factor and the difference to the baseline, against
-    training tokens (log axis), each row one style, 95% intervals as capped bars."""
+    training tokens (log axis), each row one style, 95% intervals as capped bars. Where rows
+    lie orders of magnitude apart (the sinusoid's hundreds beside ALiBi's tens), the ratio gets
+    a log axis and the difference a symmetric log axis, so that no row flattens the others."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
 
     from poslab.plotting import styles_for
 
@@ -254,6 +258,7 @@ def budget_figure(
             (row_axes[1], lambda c: c.difference, f"ppl − {baseline} at {factor:g}× ({mode})"),
         ]
         for ax, pick, label in panels:
+            drawn: list[float] = []
             for k, scheme in enumerate(schemes):
                 points = [
                     (cells[scheme, mode].tokens, pick(cells[scheme, mode]))
@@ -269,16 +274,47 @@ def budget_figure(
                 low = [i.mean - (i.low if i.low is not None else i.mean) for _, i in points]
                 high = [(i.high if i.high is not None else i.mean) - i.mean for _, i in points]
                 ax.errorbar(xs, ys, yerr=[low, high], capsize=3, label=scheme, **styles[scheme])
+                drawn += ys
             ax.axhline(1.0 if ax is row_axes[0] else 0.0, color="0.5", lw=0.8)
             ax.set_xscale("log")
+            label += spread_axis(ax, drawn, ratio=ax is row_axes[0])
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
+    budget_tokens = sorted(
+        {cell.tokens for cells in budgets.values() for cell in cells.values() if cell.tokens}
+    )
+    for ax in axes.flat:  # each budget's tokens named at its own tick
+        ax.set_xticks(budget_tokens, [f"{t / 1e6:.1f}M" for t in budget_tokens])
+        ax.xaxis.set_minor_locator(NullLocator())
     for ax in axes[-1]:
         ax.set_xlabel("training tokens (log)")
     axes[0][0].legend(loc="best", fontsize=8)
     fig.suptitle(f"{title}\neach row at each budget, 95% intervals over seeds", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def spread_axis(ax: Any, values: list[float], ratio: bool) -> str:
+    """A log axis for ratios spanning more than 3×, a symmetric log axis for differences whose
+    sizes span more than 20× (linear within the smallest's decade); what the label adds."""
+    sizes = [abs(v) for v in values if v and math.isfinite(v)]
+    if not sizes:
+        return ""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda y, _: f"{y:g}")
+    if ratio and min(sizes) > 0 and max(sizes) / min(sizes) > 3:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        return " (log)"
+    if not ratio and max(sizes) / min(sizes) > 20:
+        linear = 10 ** math.floor(math.log10(min(sizes)))
+        ax.set_yscale("symlog", linthresh=linear, linscale=0.3)
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        return " (symlog)"
+    return ""
 
 
 def budget_report(
@@ -320,7 +356,8 @@ def budget_report(
         text += ["\n\n### the primary family (declared before the runs)\n", family]
         result["primary"] = family_records
     figure = budget_figure(budgets, baseline, factor, title)
-    figure.text(0.01, -0.01, caption(all_rows), ha="left", va="top", fontsize=6.5, color="0.35")
+    note = textwrap.fill(caption(all_rows), 190)
+    figure.text(0.01, -0.01, note, ha="left", va="top", fontsize=6.5, color="0.35")
     from poslab.report.files import png_file, text_file
 
     try:

@@ -243,10 +243,13 @@ def _refuse(name: str, key: str, members: list, values: list) -> None:
 
 def merged_provenance(provenances: list[dict[str, Any]]) -> dict[str, Any]:
     """One row's provenance over its seeds: each field's value, or the list of the values where
-    seeds differ (a code version per chunk of a study, say)."""
+    seeds differ (a code version per chunk of a study, say). A field that is already such a
+    list (rows merged again, as a budget axis merges its budgets) gives its values, once each."""
     merged: dict[str, Any] = {}
     for key in PROVENANCE_FIELDS:
-        values = list(dict.fromkeys(json.dumps(p.get(key)) for p in provenances))
+        given = [p.get(key) for p in provenances]
+        flat = [v for value in given for v in (value if isinstance(value, list) else [value])]
+        values = list(dict.fromkeys(json.dumps(v) for v in flat))
         decoded = [json.loads(v) for v in values]
         merged[key] = decoded[0] if len(decoded) == 1 else decoded
     return merged
