@@ -206,6 +206,22 @@ def test_evaluation_below_its_target_is_profiled_beside_training(
     assert "| all ops |" in md and "| matmuls (" in md
 
 
+def test_what_bounds_mfu_is_nope_s_profiled_step_with_the_matmuls_share(bench, one_thread) -> None:
+    """Every run profiles one training step of nope; the page gives the matmuls' share and the
+    MFU the step would reach without the other ops (the timed MFU ÷ that share)."""
+    report = one_round(bench, ["nope"])
+    (nope,) = report.results
+    assert nope.profile and any("backward" in op.lower() for op in nope.profile)
+    md = bench.render_markdown(report)
+    assert "### What bounds MFU: one training step of nope, profiled" in md
+    share = sum(nope.profile.get(op, 0.0) for op in ("aten::mm", "aten::addmm", "aten::bmm"))
+    share += nope.profile.get("aten::matmul", 0.0)
+    share /= sum(nope.profile.values())
+    assert f"The matmuls take {share:.0%} of the step" in md
+    ceiling = report.mfu(nope, nope.train) / share
+    assert f"would reach {ceiling:.1%}" in md
+
+
 def test_the_evaluation_profile_groups_matmuls_and_adds_each_op_its_backward(bench) -> None:
     from poslab.bench.report import eval_profile_rows
 

@@ -119,6 +119,7 @@ def render_tables(report: Report) -> list[str]:
         lines
         + evaluation_table(report)
         + kernel_table(report)
+        + mfu_bound_table(report)
         + profile_tables(report)
         + eval_profile_table(report)
     )
@@ -168,6 +169,49 @@ def profile_tables(report: Report, top: int = PROFILE_OPS) -> list[str]:
 
 EVAL_PROFILE_OPS = 8  # non-matmul ops shown in the evaluation-vs-training profile
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul")
+
+
+MFU_BOUND_OPS = 8  # non-matmul ops shown in the account of what bounds MFU
+
+
+def mfu_bound_table(report: Report, top: int = MFU_BOUND_OPS) -> list[str]:
+    """What bounds MFU: one profiled training step of nope, the matmuls (forward and backward)
+    against the ops with the most of the rest, each as a share of the step. MFU ÷ the matmuls'
+    share is the MFU the step would reach if every other op took no time."""
+    nope = report.result(REFERENCE)
+    if nope is None or not nope.profile:
+        return []
+    total = sum(nope.profile.values())
+    if total <= 0:
+        return []
+    matmul = sum(nope.profile.get(op, 0.0) for op in MATMUL_OPS)
+    others = sorted(
+        (op for op in nope.profile if op not in MATMUL_OPS), key=nope.profile.get, reverse=True
+    )
+    shown = others[:top]
+    mfu = report.mfu(nope, nope.train)
+    ceiling = mfu / (matmul / total) if matmul > 0 and math.isfinite(mfu) else float("nan")
+    lines = [
+        "",
+        f"### What bounds MFU: one training step of {REFERENCE}, profiled",
+        "",
+        f"Self time per op under torch.profiler ({total:,.0f} ms for the profiled step, the "
+        f"profiler's own overhead included). The matmuls take {matmul / total:.0%} of the step; "
+        f"at its timed MFU of {_num(mfu, '.1%')}, a step whose other ops took no time would "
+        f"reach {_num(ceiling, '.1%')}: the rest of the step, not the matmuls, is what holds "
+        "MFU down where that share is small.",
+        "",
+        "| ops | ms | share of the step |",
+        "|---|---:|---:|",
+        "| matmuls (" + ", ".join(f"`{op}`" for op in MATMUL_OPS) + f") | {matmul:,.1f} "
+        f"| {matmul / total:.1%} |",
+    ]
+    lines += [
+        f"| `{op}` | {nope.profile[op]:,.1f} | {nope.profile[op] / total:.1%} |" for op in shown
+    ]
+    rest = sum(nope.profile[op] for op in others[top:])
+    lines.append(f"| all other ops | {rest:,.1f} | {rest / total:.1%} |")
+    return lines
 
 
 def eval_profile_rows(

@@ -329,6 +329,7 @@ def run_benchmark(
         peak, peak_size = after, after_size
     results = [r for r in everything if r.main]
     profile_evaluation(results, say)
+    profile_training(results, say)
     release(nope_block)
     return report()
 
@@ -588,6 +589,16 @@ def profile_evaluation(results: list[SchemeResult], say: Callable[[str], None]) 
     nope.profile = nope.profile or op_times(nope.train_job)
     nope.eval_profile = op_times(nope.eval_job)
     nope.eval_profile_tokens = nope.eval_job.batch_tokens
+
+
+def profile_training(results: list[SchemeResult], say: Callable[[str], None]) -> None:
+    """One training step of nope under torch.profiler, for the page's account of what bounds
+    MFU: the matmuls' share of the step and the other ops that take the rest."""
+    nope = next((r for r in results if r.scheme == REFERENCE), None)
+    if nope is None or nope.train_job is None or nope.profile is not None:
+        return
+    say(f"profiling one training step of {REFERENCE}")
+    nope.profile = op_times(nope.train_job)
 
 
 def profile_if_slow(
