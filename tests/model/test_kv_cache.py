@@ -107,3 +107,13 @@ def test_a_length_dependent_extension_gets_no_cache():
     scaling = scaling_options(options, _scheme_configs()["rope"], 64, 16)
     model = tiny_gpt("rope", scaling=scaling)
     assert "forward's length" in (model.cache_problem() or "")
+
+
+def test_a_learned_table_shorter_than_the_probe_still_gets_its_cache():
+    """The locality probe takes 12 tokens; a table of 8 rows is probed at 8 (it raised before)."""
+    model = tiny_gpt("learned", max_positions=8)
+    assert model.cache_problem() is None
+    ids = tokens(2, 8)
+    with torch.no_grad():
+        whole = model(ids)
+    assert close(cached_logits(model, ids, [3]), whole)

@@ -356,11 +356,19 @@ class GPT(nn.Module):
     def _positions_are_local(self, device: torch.device) -> bool:
         """Whether tokens embedded and rotated a chunk at a time (as generation with a cache
         sees them: 0..3, then 4..5, then 6..11) give the embeddings and the q·k scores of the
-        12 tokens taken at once (xPos scales q and k by the length, which cancels in q·k)."""
+        12 tokens taken at once (xPos scales q and k by the length, which cancels in q·k); fewer
+        tokens where the scheme represents fewer positions (a short learned table)."""
         generator = torch.Generator().manual_seed(0)
         d, h = self.config.d_model, self.config.n_head
-        x = torch.randn(1, 12, d, generator=generator).to(device)
-        q, k = torch.randn(2, 1, h, 12, d // h, generator=generator).to(device)
+        n = 12
+        while n > 3:  # fewer where the scheme represents fewer (a learned table of 8 rows)
+            try:
+                self.pos.check_length(n - 1)
+                break
+            except ConfigError:
+                n -= 1
+        x = torch.randn(1, n, d, generator=generator).to(device)
+        q, k = torch.randn(2, 1, h, n, d // h, generator=generator).to(device)
 
         def hooks(start: int, end: int) -> list[list[Tensor]]:
             positions = torch.arange(start, end, device=device)
@@ -375,9 +383,10 @@ class GPT(nn.Module):
                 rows += [q_rot, k_rot]
             return rows
 
-        chunks = [hooks(a, b) for a, b in ((0, 4), (4, 6), (6, 12))]
+        bounds = (0, n // 3, n // 2, n)  # 0..3, 4..5, 6..11 for 12 tokens
+        chunks = [hooks(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
         pieces = [torch.cat(parts, dim=-2) for parts in zip(*chunks, strict=True)]
-        whole = hooks(0, 12)
+        whole = hooks(0, n)
         same = torch.allclose(pieces[0], whole[0], rtol=1e-5, atol=1e-6)
         for i in range(1, len(whole), 2):  # each layer's scores q·k
             scores = pieces[i] @ pieces[i + 1].transpose(-1, -2)
