@@ -171,3 +171,13 @@ def test_a_folder_compare_py_wrote_is_read_back_as_its_table(two_runs, tmp_path,
     main([*two_runs, "--out", str(tmp_path / "first")])
     main([str(tmp_path / "first"), "--out", str(tmp_path / "again")])
     assert table(tmp_path / "again") == table(tmp_path / "first") == ["rope", "alibi"]
+
+
+def test_a_baseline_that_is_the_only_row_says_so_in_the_report(tmp_path, capsys):
+    """A study of one scheme compared with --baseline that scheme: the report says there is no
+    other row (an empty differences section before), and the command still succeeds."""
+    rope = write_results(tmp_path / "rope", result_rows())
+    main([str(rope), "--baseline", "rope", "--out", str(tmp_path / "out")])
+    report = (tmp_path / "out" / "comparison.md").read_text()
+    assert "rope is the only row of these results: there is no other row" in report
+    assert "### difference to rope (" not in report

@@ -1172,7 +1172,13 @@ def _report_text(rows: list[dict], title: str, baseline: str | None) -> str:
         if checks:
             text += f"\n\n### the ALiBi paper's shape ({mode}, 8× the training length)\n\n"
             text += "\n".join(checks)
-    if baseline is not None:
+    if baseline is not None and {r["scheme"] for r in rows} == {baseline}:
+        # a study of one scheme ends here too: said, not an empty section or an error
+        text += (
+            f"\n\n### difference to {baseline}\n\n{baseline} is the only row of these "
+            "results: there is no other row to take a difference from.\n"
+        )
+    elif baseline is not None:
         for mode in dict.fromkeys(r["mode"] for r in rows):
             text += differences(rows, baseline, mode)
         text += context_differences(rows, baseline)
