@@ -36,6 +36,7 @@ def test_omp_num_threads_wins():
     assert count == 1 and "torch threads: 1 (OMP_NUM_THREADS)" in text
 
 
+@pytest.mark.slow  # starts processes
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads /proc/stat")
 def test_busy_cores_take_threads_away_and_the_log_says_why():
     from poslab.run.threads import usable_cores

@@ -352,6 +352,7 @@ def test_a_job_resumes_only_with_the_settings_its_run_had(corpus, tmp_path, caps
 # a real study: two jobs at once, one killed midway, the merged table, the resume
 
 
+@pytest.mark.slow  # starts processes
 def test_two_jobs_one_killed_a_merged_table_that_names_it_then_the_resume(corpus, tmp_path):
     recipe, out = tiny_study(tmp_path), tmp_path / "study"
     alibi = out / "runs" / "alibi-s1234"
@@ -536,6 +537,7 @@ def test_only_selects_a_chunk_and_a_pattern_that_matches_nothing_is_one_line(
     assert len(err) == 1 and "--only nope-* matches no job of paper_cpu" in err[0]
 
 
+@pytest.mark.slow  # starts processes
 def test_a_study_evaluates_every_finished_job_again_and_merges_each_evaluation(corpus, tmp_path):
     """Two tiny budgets of rope, each trained, then scored on the test split by eval.py in the
     slot it freed; both comparisons written; the same command again has nothing to do."""
