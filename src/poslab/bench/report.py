@@ -571,7 +571,9 @@ How to read this (and how it is measured; `scripts/benchmark.py` has the code):
   torch.profiler beside one of its block's nope, and the page lists the ops with the most
   extra time.
   When evaluation at 1× L runs below 3× training, one evaluation batch of nope is profiled
-  beside one training step of it, per token: the ops that do not shrink to a third.
+  beside one training step of it, per token: the ops that do not shrink to a third. And one
+  training step of nope always, for what bounds MFU: the matmuls' share of the step, the ops
+  that take the rest, and the MFU a step would reach if only its matmuls took time.
 """
 
 
