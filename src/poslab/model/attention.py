@@ -596,7 +596,12 @@ class Blockwise(AttentionKernel):
         runs over the scores and each head's sink logit, and the sink's weight is dropped: a
         row then sums to less than 1. `padding`: as `scores`."""
         scores = self.scores(q, k, pos, prepared, layer, start, end, decay, data, padding)
-        with torch.autocast(device_type=q.device.type, enabled=False):
+        return self.probabilities(scores, start, sinks)
+
+    def probabilities(self, scores: Tensor, start: int, sinks: Tensor | None = None) -> Tensor:
+        """fp32 scores (…, end − start, end) of queries start..end−1, hidden keys at −inf ->
+        their attention weights: a softmax (over the sink logit too, with `sinks`)."""
+        with torch.autocast(device_type=scores.device.type, enabled=False):
             if sinks is None:
                 return torch.softmax(scores, dim=-1)
             column = sinks.float()[:, None, None].expand(*scores.shape[:-1], 1)
@@ -686,22 +691,10 @@ class StickBreaking(Blockwise):
                 "no key to attend to; widen the window or set attention.attend_current=true"
             )
 
-    def weights(
-        self,
-        q: Tensor,
-        k: Tensor,
-        pos: Any,
-        prepared: Any,
-        layer: int,
-        start: int,
-        end: int,
-        decay: Tensor | None = None,
-        sinks: Tensor | None = None,
-        data: Any = None,
-        padding: Tensor | None = None,
-    ) -> Tensor:
-        z = self.scores(q, k, pos, prepared, layer, start, end, decay, data, padding)
-        with torch.autocast(device_type=q.device.type, enabled=False):
+    def probabilities(self, scores: Tensor, start: int, sinks: Tensor | None = None) -> Tensor:
+        """The stick-breaking weights of the scores z (sinks: refused by `check_sinks`)."""
+        z, end = scores, scores.shape[-1]
+        with torch.autocast(device_type=z.device.type, enabled=False):
             visible = torch.isfinite(z)
             if not self.attend_current:  # the diagonal: key start + r for query row r
                 rows = torch.arange(end - start, device=z.device)
