@@ -155,7 +155,8 @@ def test_schemes_below_target_are_profiled_against_nope(bench, one_thread, monke
     report = one_round(bench, ["nope", "fire"])
     nope, fire = report.results
     assert not report.kernel_rows
-    assert fire.profile and fire.reference_profile and nope.profile is None
+    assert fire.profile and fire.reference_profile
+    assert nope.profile  # every run's one profiled nope step (what bounds MFU)
     assert all(ms >= 0 for ms in fire.profile.values())
     assert any("mm" in op or "linear" in op for op in fire.profile)
     md = bench.render_markdown(report)
