@@ -530,6 +530,9 @@ def test_only_selects_a_chunk_and_a_pattern_that_matches_nothing_is_one_line(
     assert main([*args, "--only", "*-s1234-*", "--only", "rope-s1-max_steps300"]) == 0
     text = capsys.readouterr().out
     assert "study paper_cpu: 13 jobs" in text and "| rope-s1-max_steps300 |" in text
+    # a chunk without the baseline's jobs: the baseline's runs come from the other chunks
+    assert main([*args, "--only", "t5-s1-max_steps1000", "--only", "alibi-s1-max_steps1000"]) == 0
+    assert "study paper_cpu: 2 jobs" in capsys.readouterr().out
     with pytest.raises(SystemExit) as stop:
         main([*args, "--only", "nope-*"])
     assert stop.value.code == 2

@@ -634,6 +634,13 @@ def select_jobs(study: Study, patterns: list[str]) -> None:
             f"--only {' '.join(patterns)} matches no job of {study.name}; job names look like "
             f"{example} (scripts/study.py {study.name} --dry-run lists them)"
         )
+    study.left_out_schemes = {
+        override.split("=", 1)[1]
+        for job in study.jobs
+        if job not in kept
+        for override in job.overrides
+        if override.startswith("pos=")
+    }
     study.jobs = kept
 
 

@@ -65,6 +65,9 @@ class Study:
     # evaluations of every finished job besides its own: name -> eval.py overrides; each lands
     # in <out>/evals/<name>/<job>/ and gets its own merged table, <out>/comparison-<name>/
     evals: dict[str, list[str]] = field(default_factory=dict)
+    # the schemes of the jobs `--only` left out: a chunk may hold no baseline job, whose runs
+    # come from the study's other chunks
+    left_out_schemes: set[str] = field(default_factory=set)
 
 
 def study_names() -> list[str]:
@@ -414,7 +417,8 @@ def check_jobs(study: Study) -> None:
             )
         seen[settings] = job.name
     schemes = sorted({job.config["pos_name"] for job in study.jobs})
-    if study.baseline is not None and study.baseline not in schemes:
+    known = {*schemes, *study.left_out_schemes}
+    if study.baseline is not None and study.baseline not in known:
         raise ConfigError(
             f"{study.source.name}: baseline {study.baseline!r} is no scheme of its jobs; "
             f"choose one of: {', '.join(schemes)}"
