@@ -303,7 +303,7 @@ def spread_axis(ax: Any, values: list[float], ratio: bool) -> str:
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     plain = FuncFormatter(lambda y, _: f"{y:g}")
-    if ratio and min(sizes) > 0 and max(sizes) / min(sizes) > 3:
+    if ratio and max(sizes) / min(sizes) > 3:  # sizes hold no 0
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(plain)
