@@ -627,3 +627,18 @@ def test_a_completed_job_without_its_result_is_told_what_helps(tmp_path):
     assert f"or delete {run} to train the job again" in why
     assert "Resume them" not in missing_section([("rope-s1", why)], 2, "python study.py x")
     assert "Resume them" in missing_section([("a", why), ("b", "not started")], 2, "cmd")
+
+
+def test_a_chunk_without_the_baseline_says_why_its_table_has_no_differences(tmp_path, capsys):
+    """The merged table of a chunk that --only left the baseline out of: no paired differences,
+    and the reason is the chunk, not jobs that have not finished."""
+    from conftest import result_rows, write_results
+
+    from poslab.study.report import _compare
+
+    alibi = write_results(tmp_path / "alibi", [{**r, "scheme": "alibi"} for r in result_rows()])
+    _compare([alibi], tmp_path / "chunk", "paper_cpu", "rope", names={}, chunk=True)
+    said = capsys.readouterr().out
+    assert "this chunk (--only) leaves its jobs out" in said
+    _compare([alibi], tmp_path / "whole", "paper_cpu", "rope", names={})
+    assert "its jobs have not finished" in capsys.readouterr().out

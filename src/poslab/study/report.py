@@ -60,8 +60,9 @@ def write_report(
         rows.append(_job_row(plan, planned, run, status, entry, state.get("launcher")))
     text = ""
     comparison = out / "comparison"
+    chunk = study.baseline in study.left_out_schemes  # --only left the baseline's jobs out
     if finished:
-        text = _compare(finished, comparison, study.name, study.baseline)
+        text = _compare(finished, comparison, study.name, study.baseline, chunk=chunk)
         if missing:
             section = missing_section(missing, len(plan.jobs), resume)
             with open(comparison / "comparison.md", "a") as f:
@@ -78,6 +79,7 @@ def write_report(
                 out / f"comparison-{evaluation}",
                 f"{study.name} ({' '.join(overrides)})",
                 study.baseline,
+                chunk=chunk,
             )
     page = _study_page(plan, state, minutes, resume, rows)
     if missing:
@@ -193,8 +195,10 @@ def _compare(
     name: str,
     baseline: str | None,
     names: dict[str, str] | None = None,
+    chunk: bool = False,
 ) -> str:
-    """compare.py's table; without the baseline where its row has not finished (said)."""
+    """compare.py's table; without the baseline where its row has not finished, or where this
+    chunk (`--only`) left the baseline's jobs out (said)."""
     from poslab.report.compare import compare
 
     title = f"{name}: perplexity vs evaluation length"
@@ -206,9 +210,15 @@ def _compare(
             raise
         # the recipe's baseline names a scheme (checked before any work); its row is missing
         # because none of its jobs finished, or because its rows carry options in their labels
+        why = (
+            "this chunk (--only) leaves its jobs out: pair the collected runs with "
+            "scripts/compare.py or scripts/budget.py"
+            if chunk
+            else "its jobs have not finished, or its rows differ in options"
+        )
         print(
             f"no paired differences: {str(err).split('; ', 1)[-1]} (the baseline {baseline!r} "
-            "is not one of them: its jobs have not finished, or its rows differ in options)"
+            f"is not one of them: {why})"
         )
         compare(runs, out, title=title, rename=names)
     return (out / "comparison.md").read_text()
