@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -559,6 +560,14 @@ def test_a_study_evaluates_every_finished_job_again_and_merges_each_evaluation(c
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rope-max_steps10: trained in" in done.stdout and "evaluation test next" in done.stdout
     assert "started rope-max_steps10 (evaluation test)" in done.stdout
+    # its completion line gives the job's whole time, training and evaluation together
+    trained = float(re.search(r"rope-max_steps10: trained in ([\d.]+) min", done.stdout)[1])
+    line = re.search(
+        r"rope-max_steps10 completed in ([\d.]+) min \(evaluation test the last ([\d.]+)\)",
+        done.stdout,
+    )
+    assert line, done.stdout
+    assert float(line[1]) >= trained + float(line[2]) - 0.15
     for job in ("rope-max_steps10", "rope-max_steps20"):
         rows = json.loads(
             (out / "evals" / "test" / job / "extrapolation" / "extrapolation.json").read_text()

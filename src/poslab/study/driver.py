@@ -344,7 +344,12 @@ class Driver:
             state["state"] = "completed"
             loss = status.get("best_val_loss")
             said = f", best val loss {loss:.4f}" if isinstance(loss, float) else ""
-            line = f"[{done}/{total}] {name} completed in {wall / 60:.1f} min{said}"
+            # the job's time over all its processes (training and each evaluation): the last
+            # process alone, an evaluation of ~2 min, read as the job's time
+            spent = f"{state['wall_s'] / 60:.1f} min"
+            if entry.evaluation is not None:
+                spent += f" (evaluation {entry.evaluation} the last {wall / 60:.1f})"
+            line = f"[{done}/{total}] {name} completed in {spent}{said}"
         elif status.get("status") == "completed" and (evaluated or self.stop_reason):
             state["state"] = "evaluating"
             state["why"] = f"stopped by {self.stop_reason} before evaluation {missing[0]}"
