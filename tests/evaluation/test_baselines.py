@@ -3,6 +3,7 @@ the perplexity of count models that read no positions."""
 
 import numpy as np
 import pytest
+from conftest import CONF
 
 from poslab.evaluation.baselines import baseline_rows, count_model_rows, main
 from poslab.tasks.grid import Grid
@@ -71,3 +72,42 @@ def test_the_cli_scores_a_corpus_with_count_models(capsys, corpus):
         main(["data=wikitext2", f"data.path={corpus}/missing"])
     assert stop.value.code == 2
     assert capsys.readouterr().err.startswith(f"error: data.path={corpus}/missing does not exist")
+
+
+def test_count_models_score_the_tokens_an_evaluation_capped_at_n_scores(capsys, corpus):
+    """--max-tokens N scores what eval.max_tokens=N scores (the first whole lines within N
+    tokens, preceded by a line end), so that a model's row and the count models' are
+    perplexities of the same text; the header says how many tokens and which vocabulary."""
+    from omegaconf import OmegaConf
+
+    from poslab.data.cache import TokenCache
+    from poslab.evaluation.baselines import count_model_rows
+
+    main(["data=wikitext2", f"data.path={corpus}", "--max-tokens", "300"])
+    out = capsys.readouterr().out
+    data = OmegaConf.to_container(OmegaConf.load(CONF / "data" / "wikitext2.yaml"))
+    cache = TokenCache.from_config(data, path=str(corpus))
+    head = cache.split("validation").head(300)
+    assert 200 < len(head.ids) <= 300
+    assert f"the first {len(head.ids):,} tokens, as eval.max_tokens=300 scores" in out
+    assert "vocabulary version 2" in out
+    eos = cache.tokenizer().token_to_id("<eos>")
+    train = cache.split("train").ids
+    expected = count_model_rows(train, head.after_line_end(eos).ids, cache.meta()["vocab_size"])
+    printed = [
+        float(line.split("|")[2])
+        for line in out.splitlines()
+        if line.startswith(("| unigram", "| bigram"))
+    ]
+    assert printed[-2:] == [round(r["ppl"], 2) for r in expected]
+    main(["data=wikitext2", f"data.path={corpus}"])  # the whole split: other numbers
+    whole = [
+        float(line.split("|")[2])
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("| unigram", "| bigram"))
+    ]
+    assert whole[-2:] != printed[-2:]
+    with pytest.raises(SystemExit) as stop:
+        main(["data=wikitext2", f"data.path={corpus}", "--max-tokens", "1"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --max-tokens 1: give at least 2")

@@ -119,9 +119,9 @@ class _Bigram:
         return float(-np.log(lam * conditional + (1 - lam) * self.unigram[nxt]).mean())
 
 
-def count_markdown(rows: list[dict], title: str, split: str, tokens: int) -> str:
+def count_markdown(rows: list[dict], title: str, split: str, scored: str) -> str:
     lines = [
-        f"## {title}: count models without positions ({split} split, {tokens:,} tokens)",
+        f"## {title}: count models without positions ({split} split, {scored})",
         "",
         "| predictor | token perplexity |",
         "|---|---|",
@@ -130,9 +130,13 @@ def count_markdown(rows: list[dict], title: str, split: str, tokens: int) -> str
     return "\n".join(lines) + "\n"
 
 
-def corpus_baselines(cfg: DictConfig, split: str) -> str:
+def corpus_baselines(cfg: DictConfig, split: str, max_tokens: int | None = None) -> str:
     """The count models' table for the corpus of `cfg.data`, from the token cache a run with
-    these settings would use (built if need be)."""
+    these settings would use (built if need be). `max_tokens`: only the tokens an evaluation
+    with eval.max_tokens=N scores (the first whole lines within N tokens), so that a model's
+    row and the count models' are perplexities of the same text."""
+    from poslab.data.tokens import EOS
+
     data = instantiate_checked(cfg.data)
     meta = data.meta()
     if split not in meta["splits"]:
@@ -141,9 +145,20 @@ def corpus_baselines(cfg: DictConfig, split: str) -> str:
         raise ValueError(
             "--split train: the count models are fitted on it; score validation or test"
         )
-    train, evaluated = data.cache.split("train").ids, data.cache.split(split).ids
-    rows = count_model_rows(train, evaluated, int(meta["vocab_size"]))
-    return count_markdown(rows, str(cfg.data.name), split, len(evaluated))
+    if max_tokens is not None and max_tokens < 2:
+        raise ValueError(f"--max-tokens {max_tokens}: give at least 2 (or leave it out)")
+    whole = data.cache.split(split)
+    scored = f"{len(whole.ids):,} tokens"
+    if max_tokens is not None and max_tokens < len(whole.ids):
+        whole = whole.head(max_tokens)
+        scored = f"the first {len(whole.ids):,} tokens, as eval.max_tokens={max_tokens} scores"
+    # preceded by a line end, as the evaluation scores it: every token of the text is a target
+    evaluated = whole.after_line_end(data.cache.tokenizer().token_to_id(EOS)).ids
+    rows = count_model_rows(data.cache.split("train").ids, evaluated, int(meta["vocab_size"]))
+    version = cfg.data.get("tokenizer_version")
+    if version is not None:
+        scored += f"; vocabulary version {version}"
+    return count_markdown(rows, str(cfg.data.name), split, scored)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,12 +180,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--split", default="validation", help="a corpus's split to score (default: validation)"
     )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="score the tokens eval.max_tokens=N scores (the first whole lines within N; "
+        "default: the whole split)",
+    )
     try:
         args, overrides = parser.parse_known_args(argv)
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose("train", overrides=overrides)
         if "task" not in cfg.data:
-            print(corpus_baselines(cfg, args.split), end="")
+            print(corpus_baselines(cfg, args.split, args.max_tokens), end="")
             return
         task: Task = instantiate(cfg.data.task)
         lengths = args.lengths or [int(cfg.data.seq_len * f) for f in cfg.eval.factors]
