@@ -126,6 +126,7 @@ COMMANDS = (
     "poslab-export",
     "poslab-generate",
     "poslab-study",
+    "poslab-same-numbers",
     "poslab-check-scheme",
 )
 

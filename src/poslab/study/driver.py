@@ -344,12 +344,7 @@ class Driver:
             state["state"] = "completed"
             loss = status.get("best_val_loss")
             said = f", best val loss {loss:.4f}" if isinstance(loss, float) else ""
-            # the job's time over all its processes (training and each evaluation): the last
-            # process alone, an evaluation of ~2 min, read as the job's time
-            spent = f"{state['wall_s'] / 60:.1f} min"
-            if entry.evaluation is not None:
-                spent += f" (evaluation {entry.evaluation} the last {wall / 60:.1f})"
-            line = f"[{done}/{total}] {name} completed in {spent}{said}"
+            line = f"[{done}/{total}] {name} completed in {_spent(state, entry, wall)}{said}"
         elif status.get("status") == "completed" and (evaluated or self.stop_reason):
             state["state"] = "evaluating"
             state["why"] = f"stopped by {self.stop_reason} before evaluation {missing[0]}"
@@ -444,6 +439,15 @@ class Driver:
             if self.stop_reason in ("SIGINT", "SIGTERM"):
                 return 128 + signal.Signals[self.stop_reason].value
         return 1 if missing else 0
+
+
+def _spent(state: dict[str, Any], entry: Running, wall: float) -> str:
+    """A finished job's time over all its processes (training and each evaluation), not the
+    last one's alone: an evaluation of ~2 min read as a 21-minute job's time."""
+    spent = f"{state['wall_s'] / 60:.1f} min"
+    if entry.evaluation is not None:
+        spent += f" (evaluation {entry.evaluation} the last {wall / 60:.1f})"
+    return spent
 
 
 def last_error_line(log: Path) -> str | None:
