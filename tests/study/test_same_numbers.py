@@ -135,3 +135,26 @@ def test_a_change_to_the_model_code_is_found_and_one_to_the_docs_is_not(corpus, 
     assert rows and "| 2 | same (" in rows[0], table
     rows = [line for line in table.splitlines() if line.startswith(f"| {last[:10]}")]
     assert rows and "differs (largest gap" in rows[0], table
+    # a scheme the first version refuses: one line, before the other versions run
+    refused = subprocess.run(
+        [
+            sys.executable,
+            str(clone / "scripts" / "same_numbers.py"),
+            head,
+            last,
+            "--pos",
+            "nosuch",
+            "--out",
+            str(tmp_path / "bad"),
+            "--",
+            f"data.path={corpus}",
+        ],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    err = refused.stderr.strip().splitlines()
+    assert len(err) == 1 and f"error: the run of nosuch at {head[:10]} failed (" in err[0], err
+    assert not (tmp_path / "bad" / "runs" / last[:10]).exists()

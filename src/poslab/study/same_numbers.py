@@ -137,6 +137,18 @@ def run_state(sha: str, schemes: list[str], overrides: list[str], out: Path, rep
         print(f"{sha[:10]} {scheme}: exit {code} in {took:.0f} s (log {log})", flush=True)
 
 
+def _check_reference(sha: str, schemes: list[str], out: Path) -> None:
+    """A ConfigError where a run of the first version has no result (a scheme or an override
+    its train.py refuses): every other version would fail the same way, minutes later."""
+    from poslab.study.driver import last_error_line
+
+    for scheme in (s.split(",")[0] for s in schemes):
+        if not (out / "runs" / sha[:10] / scheme / "extrapolation" / "extrapolation.json").exists():
+            log = out / "logs" / f"{sha[:10]}-{scheme}.log"
+            why = last_error_line(log) or "no evaluation"
+            raise ConfigError(f"the run of {scheme} at {sha[:10]} failed ({why}); see {log}")
+
+
 def scheme_outputs(run: Path) -> tuple[dict[str, Any], list[dict]]:
     """The best checkpoint's tensors and the evaluation rows of one short run."""
     import torch
@@ -184,8 +196,10 @@ def same_numbers(
     repo = Path(git("rev-parse", "--show-toplevel"))
     states = code_states(first, last, repo)
     print(f"{len(states)} versions of the computing code in {first}..{last}", flush=True)
-    for sha, _ in states:
+    for k, (sha, _) in enumerate(states):
         run_state(sha, schemes, overrides, out, repo)
+        if k == 0:
+            _check_reference(sha, schemes, out)
     reference = states[0][0]
     given, schemes = schemes, [s.split(",")[0] for s in schemes]
     table = []
