@@ -236,8 +236,8 @@ def main(argv: list[str] | None = None) -> None:
         "--pos",
         nargs="+",
         required=True,
-        help="schemes to run at each version; a scheme's own overrides after commas, e.g. "
-        "sinusoidal,model.scale_embeddings=true",
+        help="schemes to run at each version; a scheme's own overrides after commas: "
+        "SCHEME,model.scale_embeddings=true",
     )
     parser.add_argument("--out", required=True, help="folder for worktrees, runs and the table")
     args, overrides = parser.parse_known_args(argv)  # the rest: train.py overrides
