@@ -85,7 +85,7 @@ def test_count_models_score_the_tokens_an_evaluation_capped_at_n_scores(capsys, 
 
     main(["data=wikitext2", f"data.path={corpus}", "--max-tokens", "300"])
     out = capsys.readouterr().out
-    data = OmegaConf.to_container(OmegaConf.load(CONF / "data" / "wikitext2.yaml"))
+    data = OmegaConf.to_container(OmegaConf.load(CONF / "data" / "wikitext2.yaml"), resolve=True)
     cache = TokenCache.from_config(data, path=str(corpus))
     head = cache.split("validation").head(300)
     assert 200 < len(head.ids) <= 300
