@@ -144,6 +144,34 @@ def test_every_table_and_figure_says_what_it_rests_on(tmp_path):
     assert "wikitext2, vocabulary 2" in line and "tiny, 10 steps" in line and "32-true" in line
 
 
+def test_the_training_machine_is_in_the_table_and_the_caption_and_unknown_is_said(tmp_path):
+    """Rows written before run.json recorded the machine read it from there, where it is; a
+    table mixing two machines names both, and a run without the record says so."""
+    write(tmp_path / "a", rows_of("rope", [10.0, 11.0, 12.0]), 1)
+    write(tmp_path / "b", rows_of("alibi", [9.0, 9.0, 9.0]), 1)
+    (tmp_path / "a" / "run.json").write_text(json.dumps({"machine": "AMD EPYC (1 thread)"}))
+    rows = compare([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    # these hand-made rows have no code version either: "not recorded" before the machine
+    assert "| 32-true | 32-true | not recorded | AMD EPYC (1 thread) |" in text
+    assert "| 32-true | 32-true | not recorded | not recorded |" in text  # alibi: no run.json
+    assert "trained on AMD EPYC (1 thread), not recorded" in caption(rows)
+
+
+def test_the_machine_name_says_the_device_and_the_threads():
+    import torch
+
+    from poslab.model.precision import cpu_name, machine_name
+
+    torch_threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert machine_name(torch.device("cpu")) == f"{cpu_name()} (1 thread)"
+        assert machine_name(torch.device("cpu"), processes=4) == f"4 × {cpu_name()} (1 thread)"
+    finally:
+        torch.set_num_threads(torch_threads)
+
+
 def test_provenance_of_a_config_reads_the_vocabulary_and_tokens():
     config = {
         "model_name": "small",

@@ -105,6 +105,11 @@ def test_extend_fine_tunes_20_steps_records_its_parent_and_scores_to_4x(corpus, 
     settings = json.loads((child / "run.json").read_text())
     sha = file_sha256(parent / "checkpoints" / "last.ckpt")
     assert settings["parent"] == str(parent.resolve()) and settings["parent_sha256"] == sha
+    # the machine that trained it, in run.json and in every row's provenance
+    from poslab.model.precision import cpu_name
+
+    assert settings["machine"].startswith(f"{cpu_name()} (") and "thread" in settings["machine"]
+    assert {r["provenance"]["machine"] for r in rows} == {settings["machine"]}
     config = json.loads((child / "status.json").read_text())
     assert config["status"] == "completed" and config["step"] == 20
     from poslab.model.build import read_checkpoint

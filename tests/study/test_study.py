@@ -600,6 +600,7 @@ def test_a_study_evaluates_every_finished_job_again_and_merges_each_evaluation(c
     rows = json.loads((dest / "evals" / "test" / "rope-max_steps10" / RESULT).read_text())
     assert rows[0]["provenance"]["steps"] == 10 and rows[0]["provenance"]["vocabulary"] == 2
     assert rows[0]["provenance"]["code"].startswith(("git ", "poslab "))
+    assert "thread" in rows[0]["provenance"]["machine"]  # the machine that trained it
     result = budget_report([dest / "evals" / "test"], tmp_path / "budget", "rope", "two budgets")
     assert [r["steps"] for r in result["budgets"]] == [10, 20]
     assert (tmp_path / "budget" / "budget.png").stat().st_size > 0

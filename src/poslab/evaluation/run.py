@@ -158,19 +158,19 @@ def text_row(plan: EvalPlan, mode: str, length: int, **fields: Any) -> dict:
 
 def row_provenance(plan: EvalPlan) -> dict[str, Any]:
     """What the row rests on (report/provenance.py): the trained run's vocabulary, corpus,
-    model, steps, tokens and precision, and the code that scores it. A pretrained HF model reads
-    the text with its own tokenizer: no poslab word vocabulary (None), its hub id or folder as
-    the model."""
+    model, steps, tokens, precision and machine, and the code that scores it. A pretrained HF
+    model reads the text with its own tokenizer: no poslab word vocabulary (None), its hub id
+    or folder as the model."""
     from poslab.report.files import default_out_dir
-    from poslab.report.provenance import provenance_of_config, run_precision
+    from poslab.report.provenance import provenance_of_config, run_machine, run_precision
 
     model = plan.models[plan.lengths[0]]
     params = sum(p.numel() for p in model.parameters())
     if plan.tokenizer is not None:
         found = provenance_of_config({}, params, plan.precision)
         return {**found, "vocabulary": None, "model": plan.source, "steps": None}
-    trained = run_precision(default_out_dir(plan.ckpt)) if plan.ckpt is not None else None
-    return provenance_of_config(plan.config, params, trained)
+    run = default_out_dir(plan.ckpt) if plan.ckpt is not None else None
+    return provenance_of_config(plan.config, params, run_precision(run), run_machine(run))
 
 
 def evaluate_documents(

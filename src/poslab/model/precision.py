@@ -52,6 +52,17 @@ def cpu_name() -> str:
     return names[0] if names else platform.processor() or platform.machine()
 
 
+def machine_name(device: torch.device, processes: int = 1) -> str:
+    """What trained a model, for a run's record: the GPU's name, or the CPU's with the threads
+    each process used (a CPU run's speed, and its bf16 kernels, depend on both)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        threads = torch.get_num_threads()
+        name = f"{cpu_name()} ({threads} thread{'s' if threads != 1 else ''})"
+    return f"{processes} × {name}" if processes > 1 else name
+
+
 def cpu_has_bf16_instructions() -> bool | None:
     """True/False from the Linux CPU flags (AMX-BF16 or AVX512-BF16); None where unreadable."""
     try:

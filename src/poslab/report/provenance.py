@@ -2,7 +2,8 @@
 
 Every row of an extrapolation.json written since 2026-12-06 carries `provenance`: the word
 vocabulary's version, the corpus, the code version, the model, its steps and training tokens, and
-the training precision (`provenance_of_config`). Rows written before it get the same fields from
+the training precision (`provenance_of_config`), and since 2026-12-07 the machine that trained it
+(its run.json; "not recorded" before). Rows written before it get the same fields from
 their run's saved config where it is at hand (`provenance_of_run`); what cannot be known is None.
 
 compare.py holds a table to two rules:
@@ -37,6 +38,7 @@ PROVENANCE_FIELDS = (
     "steps",
     "train_tokens",
     "train_precision",
+    "machine",
 )
 # what each seed of a row must share, read from each seed's rows (one value per seed)
 SCORED_ALIKE = (
@@ -83,9 +85,12 @@ def code_version() -> str:
 
 
 def provenance_of_config(
-    config: dict[str, Any], params: int | None = None, precision: str | None = None
+    config: dict[str, Any],
+    params: int | None = None,
+    precision: str | None = None,
+    machine: str | None = None,
 ) -> dict[str, Any]:
-    """The provenance of rows of a model trained with the resolved `config`."""
+    """The provenance of rows of a model trained with the resolved `config` (on `machine`)."""
     data, trainer = config.get("data") or {}, config.get("trainer") or {}
     text = not data.get("task")
     steps = trainer.get("max_steps")
@@ -103,6 +108,7 @@ def provenance_of_config(
         "steps": steps,
         "train_tokens": max_tokens or tokens,
         "train_precision": precision or trainer.get("precision"),
+        "machine": machine,
     }
 
 
@@ -119,6 +125,7 @@ def provenance_of_run(run: Path, rows: list[dict]) -> dict[str, Any]:
     found["code"] = None  # not recorded then
     found["params"] = None
     found["train_precision"] = run_precision(run) or found["train_precision"]
+    found["machine"] = run_machine(run)
     if isinstance(found["model"], str) and found["model"].startswith("${"):
         found["model"] = _run_record(run).get("model")  # the saved config has the interpolation
     return found
@@ -139,6 +146,11 @@ def _run_record(run: Path | None) -> dict[str, Any]:
 def run_precision(run: Path | None) -> str | None:
     """The training precision a run folder's run.json records (`auto` resolved), or None."""
     return _run_record(run).get("precision")
+
+
+def run_machine(run: Path | None) -> str | None:
+    """The machine a run folder's run.json says trained it (written since 2026-12-07), or None."""
+    return _run_record(run).get("machine")
 
 
 def _saved_config(run: Path) -> dict[str, Any] | None:
@@ -265,7 +277,8 @@ def provenance_table(rows: list[dict]) -> str:
         return ""
     header = (
         "\n\n### provenance\n\n| row | vocabulary | corpus | model | steps | training tokens | "
-        "training precision | evaluation precision | code |\n|---|---|---|---|---|---|---|---|---|"
+        "training precision | evaluation precision | code | trained on |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [header]
     for name, p in seen.items():
@@ -278,14 +291,15 @@ def provenance_table(rows: list[dict]) -> str:
             p.get("train_precision"),
             p.get("eval"),
             p.get("code"),
+            p.get("machine"),
         ]
         lines.append(f"| {name} | " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def caption(rows: list[dict]) -> str:
-    """One line for a figure: the vocabulary, precision, code, corpus, model, steps and tokens of
-    its rows (each field once where the rows agree)."""
+    """One line for a figure: the vocabulary, precision, code, corpus, model, steps, tokens and
+    training machine of its rows (each field once where the rows agree)."""
     provs = [r["provenance"] for r in rows if isinstance(r.get("provenance"), dict)]
     if not provs:
         return ""
@@ -297,6 +311,7 @@ def caption(rows: list[dict]) -> str:
         f"({_cell(merged['train_tokens'])} tokens)",
         f"train {_cell(merged['train_precision'])}, eval {', '.join(precisions) or '—'}",
         f"code {_cell(merged['code'])}",
+        f"trained on {_cell(merged['machine'])}",
     ]
     return "; ".join(parts)
 

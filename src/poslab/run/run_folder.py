@@ -58,12 +58,16 @@ RUN_SETTINGS = "run.json"
 
 
 def write_run_settings(
-    folder: Path, cfg: Any, precision: str | None = None, **lineage: str
+    folder: Path,
+    cfg: Any,
+    precision: str | None = None,
+    machine: str | None = None,
+    **lineage: str,
 ) -> None:
     """<run>/run.json: the resolved settings that tell runs apart (data, scheme, model, L,
-    steps, seed, and the precision `auto` resolved to), read by scripts/runs.py and
-    compare.py (.hydra/config.yaml keeps interpolations and `auto`); a child of extend= also
-    its `lineage` (parent folder, checkpoint and its SHA-256)."""
+    steps, seed, the precision `auto` resolved to, and the machine that trained it), read by
+    scripts/runs.py and compare.py (.hydra/config.yaml keeps interpolations and `auto`); a child
+    of extend= also its `lineage` (parent folder, checkpoint and its SHA-256)."""
     settings = {
         "run_name": cfg.get("run_name"),
         "data": cfg.data.get("name"),
@@ -74,6 +78,7 @@ def write_run_settings(
         "max_tokens": cfg.train.get("max_tokens"),
         "seed": cfg.get("seed"),
         "precision": precision,
+        "machine": machine,
         **lineage,
     }
     tmp = folder / f".{RUN_SETTINGS}.{os.getpid()}.tmp"

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from poslab.errors import ConfigError, DiskFull, RunInterrupted, TrainingDiverged
 from poslab.instantiate import instantiate_checked
 from poslab.model.build import read_checkpoint
-from poslab.model.precision import device_type_of, resolve_precision
+from poslab.model.precision import device_type_of, machine_name, resolve_precision
 from poslab.run.callbacks import AtomicCheckpointIO, LastCheckpoint, LearningSpeed, RankFingerprints
 from poslab.run.console import progress_bar_setting
 from poslab.run.extend import (
@@ -339,7 +339,9 @@ def run_training(
             write_status(out, "running", resumed_from=resumed_from, **_status_metrics(metrics))
             # what scripts/runs.py lists the run by; compare.py reads the resolved precision
             lineage = lineage_of(out, parent, resume)
-            write_run_settings(out, cfg, precision=run.config["trainer"]["precision"], **lineage)
+            machine = machine_name(run.trainer.strategy.root_device, run.trainer.world_size)
+            precision = run.config["trainer"]["precision"]
+            write_run_settings(out, cfg, precision=precision, machine=machine, **lineage)
         if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
             trainer, module, datamodule = run.trainer, run.module, run.datamodule
