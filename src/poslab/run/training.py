@@ -337,11 +337,7 @@ def run_training(
         if run.trainer.is_global_zero:
             resumed_from = str(resume.path) if resume else None
             write_status(out, "running", resumed_from=resumed_from, **_status_metrics(metrics))
-            # what scripts/runs.py lists the run by; compare.py reads the resolved precision
-            lineage = lineage_of(out, parent, resume)
-            machine = machine_name(run.trainer.strategy.root_device, run.trainer.world_size)
-            precision = run.config["trainer"]["precision"]
-            write_run_settings(out, cfg, precision=precision, machine=machine, **lineage)
+            _record_run(cfg, out, run, parent, resume)
         if cfg.train.validate_before_fit and resume is None:
             # the step-0 baseline, so "validation loss falls" is visible in every log
             trainer, module, datamodule = run.trainer, run.module, run.datamodule
@@ -594,6 +590,15 @@ def _after_training(
     for step in steps:
         step(finished)
     write_status(out, "completed", step=trainer.global_step, **_status_metrics(metrics))
+
+
+def _record_run(cfg: DictConfig, out: Path, run: _Run, parent: Any, resume: Any) -> None:
+    """run.json: what scripts/runs.py lists the run by; compare.py reads the resolved precision
+    and every row's provenance the machine that trained it."""
+    machine = machine_name(run.trainer.strategy.root_device, run.trainer.world_size)
+    precision = run.config["trainer"]["precision"]
+    lineage = lineage_of(out, parent, resume)
+    write_run_settings(out, cfg, precision=precision, machine=machine, **lineage)
 
 
 def _status_metrics(metrics: dict[str, float]) -> dict[str, float]:
