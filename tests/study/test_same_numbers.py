@@ -5,6 +5,7 @@ training; a real git repository)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -121,7 +122,7 @@ def test_a_change_to_the_model_code_is_found_and_one_to_the_docs_is_not(corpus, 
             "model=tiny",
             "data.seq_len=16",
             "data.batch_size=8",
-            f"data.path={corpus}",
+            f"data.path={os.path.relpath(corpus, clone)}",  # relative to where it is run
         ],
         cwd=clone,
         capture_output=True,

@@ -3,7 +3,7 @@ commits; this checks, by running them, that every commit between two computes wh
 does, to the last bit:
 
     python scripts/same_numbers.py 5fa6630 HEAD --pos sinusoidal rope t5 alibi --out DIR \\
-        -- experiment=paper_cpu data.path=../shared/data/wikitext-2
+        -- experiment=paper_cpu data.path=../shared/data/wikitext-2   # paths: from where it runs
 
 The first-parent commits FIRST..LAST are grouped by the code that computes (src/poslab without
 the modules that only report, plan or export: `REPORT_ONLY`); the first commit of each group is
@@ -44,13 +44,15 @@ SHORT = [
     "trainer.enable_progress_bar=false",
 ]
 # every number of an evaluation row (a field one version does not write is left out)
-# `python train.py ...` with the checkout's src/ as the only poslab (and hydra_plugins) on the
-# path: an editable install of another checkout would otherwise load its Hydra plugin
+# `python <checkout>/train.py ...` with the checkout's src/ as the only poslab (and
+# hydra_plugins) on the path: an editable install of another checkout would otherwise load its
+# Hydra plugin. It runs in the caller's directory, so a relative data.path means what it says.
 LAUNCH = (
-    "import os, runpy, sys; own = os.path.abspath('src'); "
+    "import os, runpy, sys; sys.argv = sys.argv[1:]; "
+    "own = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), 'src'); "
     "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') == own "
     "or not os.path.isdir(os.path.join(p or '.', 'poslab'))]; "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 SCORES = (
     "nll",
@@ -124,7 +126,7 @@ def run_state(sha: str, schemes: list[str], overrides: list[str], out: Path, rep
             sys.executable,
             "-c",
             LAUNCH,
-            "train.py",
+            str(tree.resolve() / "train.py"),
             f"pos={scheme}",
             *overrides,
             *own,
@@ -132,7 +134,7 @@ def run_state(sha: str, schemes: list[str], overrides: list[str], out: Path, rep
             f"hydra.run.dir={run}",
         ]
         with log.open("w") as handle:
-            code = subprocess.call(command, cwd=tree, env=env, stdout=handle, stderr=handle)
+            code = subprocess.call(command, env=env, stdout=handle, stderr=handle)
         took = time.monotonic() - started
         print(f"{sha[:10]} {scheme}: exit {code} in {took:.0f} s (log {log})", flush=True)
 
