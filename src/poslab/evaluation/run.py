@@ -162,7 +162,7 @@ def row_provenance(plan: EvalPlan) -> dict[str, Any]:
     model reads the text with its own tokenizer: no poslab word vocabulary (None), its hub id
     or folder as the model."""
     from poslab.report.files import default_out_dir
-    from poslab.report.provenance import provenance_of_config, run_machine, run_precision
+    from poslab.report.provenance import provenance_of_config, run_record
 
     model = plan.models[plan.lengths[0]]
     params = sum(p.numel() for p in model.parameters())
@@ -170,7 +170,8 @@ def row_provenance(plan: EvalPlan) -> dict[str, Any]:
         found = provenance_of_config({}, params, plan.precision)
         return {**found, "vocabulary": None, "model": plan.source, "steps": None}
     run = default_out_dir(plan.ckpt) if plan.ckpt is not None else None
-    return provenance_of_config(plan.config, params, run_precision(run), run_machine(run))
+    record = run_record(run)
+    return provenance_of_config(plan.config, params, record.get("precision"), record.get("machine"))
 
 
 def evaluate_documents(

@@ -124,15 +124,17 @@ def provenance_of_run(run: Path, rows: list[dict]) -> dict[str, Any]:
     found = provenance_of_config(config)
     found["code"] = None  # not recorded then
     found["params"] = None
-    found["train_precision"] = run_precision(run) or found["train_precision"]
-    found["machine"] = run_machine(run)
+    record = run_record(run)
+    found["train_precision"] = record.get("precision") or found["train_precision"]
+    found["machine"] = record.get("machine")  # written since 2026-12-07
     if isinstance(found["model"], str) and found["model"].startswith("${"):
-        found["model"] = _run_record(run).get("model")  # the saved config has the interpolation
+        found["model"] = record.get("model")  # the saved config has the interpolation
     return found
 
 
-def _run_record(run: Path | None) -> dict[str, Any]:
-    """A run folder's run.json (an eval.py out_dir: the evaluated run's), or {}."""
+def run_record(run: Path | None) -> dict[str, Any]:
+    """A run folder's run.json (an eval.py out_dir: the evaluated run's), or {}: the training
+    precision (`auto` resolved) and, since 2026-12-07, the machine that trained it."""
     from poslab.report.files import evaluated_run
 
     for folder in (run, None if run is None else evaluated_run(Path(run))):
@@ -141,16 +143,6 @@ def _run_record(run: Path | None) -> dict[str, Any]:
             if isinstance(record, dict):
                 return record
     return {}
-
-
-def run_precision(run: Path | None) -> str | None:
-    """The training precision a run folder's run.json records (`auto` resolved), or None."""
-    return _run_record(run).get("precision")
-
-
-def run_machine(run: Path | None) -> str | None:
-    """The machine a run folder's run.json says trained it (written since 2026-12-07), or None."""
-    return _run_record(run).get("machine")
 
 
 def _saved_config(run: Path) -> dict[str, Any] | None:
