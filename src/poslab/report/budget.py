@@ -105,6 +105,14 @@ def interval_text(i: Interval | None, digits: int = 2, signed: bool = False) -> 
     return f"{value} [{i.low:{sign}.{digits}f}, {i.high:{sign}.{digits}f}]"
 
 
+def seeds_text(cell: Cell) -> str:
+    """How many seeds the cell's ratio rests on, and how many of them its difference pairs
+    with the baseline where that is fewer (a seed the baseline lacks)."""
+    n = cell.ratio.n if cell.ratio is not None else len(cell.ratios)
+    paired = len(cell.differences)
+    return f"{n} ({paired} paired)" if cell.differences and paired != n else str(n)
+
+
 def change(first: dict[str, float], last: dict[str, float]) -> Interval | None:
     """last − first over the seeds both have, paired (None with fewer than one shared)."""
     if not first or not last:
@@ -118,9 +126,9 @@ def budget_table(
     """The Markdown table and its JSON records: one line per row, mode and budget."""
     steps = list(budgets)
     lines = [
-        f"| row | mode | steps | training tokens | ratio {factor:g}× ÷ 1× | − {baseline} at "
-        f"{factor:g}× (ppl) | context gain at {factor:g}× (nats) |",
-        "|---|---|---:|---:|---|---|---|",
+        f"| row | mode | steps | training tokens | seeds | ratio {factor:g}× ÷ 1× | − {baseline} "
+        f"at {factor:g}× (ppl) | context gain at {factor:g}× (nats) |",
+        "|---|---|---:|---:|---:|---|---|---|",
     ]
     records = []
     keys = list(dict.fromkeys(k for cells in budgets.values() for k in cells))
@@ -131,7 +139,8 @@ def budget_table(
                 continue
             tokens = f"{cell.tokens:,}" if cell.tokens else "—"
             lines.append(
-                f"| {scheme} | {mode} | {n:,} | {tokens} | {interval_text(cell.ratio)} | "
+                f"| {scheme} | {mode} | {n:,} | {tokens} | {seeds_text(cell)} | "
+                f"{interval_text(cell.ratio)} | "
                 f"{interval_text(cell.difference, 2, True)} | "
                 f"{interval_text(cell.gain, 3, True)} |"
             )
@@ -169,15 +178,16 @@ def change_table(
     family = [(k, j) for k, cells in found.items() for j, i in enumerate(cells) if _has_p(i)]
     adjusted = dict(zip(family, holm([found[k][j].p for k, j in family]), strict=True))
     lines = [
-        f"| row (mode) | ratio {factor:g}×: {max(budgets):,} − {min(budgets):,} steps | Holm p | "
-        f"− {baseline}: {max(budgets):,} − {min(budgets):,} steps | Holm p |",
-        "|---|---|---:|---|---:|",
+        f"| row (mode) | seeds paired | ratio {factor:g}×: {max(budgets):,} − {min(budgets):,} "
+        f"steps | Holm p | − {baseline}: {max(budgets):,} − {min(budgets):,} steps | Holm p |",
+        "|---|---:|---|---:|---|---:|",
     ]
     for name, (ratio, diff) in found.items():
         ps = [adjusted.get((name, j)) for j in (0, 1)]
-        texts = ["—" if p is None else f"{p:.3f}" for p in ps]
+        texts = [p_text(p, 3) for p in ps]
+        seeds = "/".join(dict.fromkeys(str(i.n) for i in (ratio, diff) if i is not None))
         lines.append(
-            f"| {name} | {interval_text(ratio, 3, True)} | {texts[0]} | "
+            f"| {name} | {seeds or '—'} | {interval_text(ratio, 3, True)} | {texts[0]} | "
             f"{interval_text(diff, 2, True)} | {texts[1]} |"
         )
     for record in records:
@@ -200,17 +210,17 @@ def primary_family(
     ]
     adjusted = holm([i.p if _has_p(i) else 1.0 for _, i in family])
     lines = [
-        f"| # | difference at {factor:g}×, {max(budgets):,} steps | mode | ppl, 95% interval | "
-        "p | Holm p (over these "
-        f"{len(family)}) |",
-        "|---:|---|---|---|---:|---:|",
+        f"| # | difference at {factor:g}×, {max(budgets):,} steps | mode | seeds | "
+        f"ppl, 95% interval | p | Holm p (over these {len(family)}) |",
+        "|---:|---|---|---:|---|---:|---:|",
     ]
     records = []
     for k, ((scheme, mode), interval) in enumerate(family, 1):
-        plain = "—" if not _has_p(interval) else f"{interval.p:.4f}"
-        corrected = "—" if not _has_p(interval) else f"{adjusted[k - 1]:.4f}"
+        plain = p_text(interval.p if _has_p(interval) else None, 4)
+        corrected = p_text(adjusted[k - 1] if _has_p(interval) else None, 4)
         lines.append(
-            f"| {k} | {scheme} − {baseline} | {mode} | {interval_text(interval, 2, True)} | "
+            f"| {k} | {scheme} − {baseline} | {mode} | {interval.n} | "
+            f"{interval_text(interval, 2, True)} | "
             f"{plain} | {corrected} |"
         )
         records.append(
@@ -222,6 +232,14 @@ def primary_family(
             }
         )
     return "\n".join(lines), records
+
+
+def p_text(p: float | None, digits: int) -> str:
+    """A p-value to `digits` places, or "<0.001" where it rounds to 0 (never "0.000")."""
+    if p is None:
+        return "—"
+    smallest = 10.0**-digits
+    return f"<{smallest:.{digits}f}" if p < smallest else f"{p:.{digits}f}"
 
 
 def _has_p(i: Interval | None) -> bool:
@@ -289,7 +307,11 @@ def budget_figure(
     for ax in axes[-1]:
         ax.set_xlabel("training tokens (log)")
     axes[0][0].legend(loc="best", fontsize=8)
-    fig.suptitle(f"{title}\neach row at each budget, 95% intervals over seeds", fontsize=10)
+    counts = sorted(
+        {c.ratio.n for cells in budgets.values() for c in cells.values() if c.ratio is not None}
+    )
+    seeds = "–".join(str(n) for n in dict.fromkeys([counts[0], counts[-1]])) if counts else "?"
+    fig.suptitle(f"{title}\neach row at each budget, 95% intervals over {seeds} seeds", fontsize=10)
     fig.tight_layout()
     return fig
 
