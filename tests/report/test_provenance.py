@@ -239,3 +239,12 @@ def test_rows_merged_again_list_each_value_once():
     merged = merged_provenance(rows)
     assert merged["code"] == ["git a", "git b", "git c"]
     assert merged["vocabulary"] == [2, None]
+
+
+def test_a_caption_counts_many_code_versions_and_names_a_few():
+    rows = [
+        {"provenance": {"code": f"git {k:07x}", "corpus": "wikitext2"}, "precision": "32-true"}
+        for k in range(6)
+    ]
+    assert "code from 6 commits (each row's in the provenance table)" in caption(rows)
+    assert "code git 0000000, git 0000001;" in caption(rows[:2])

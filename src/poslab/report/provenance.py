@@ -302,10 +302,21 @@ def caption(rows: list[dict]) -> str:
         f"{_cell(merged['model'])}, {_cell(merged['steps'])} steps "
         f"({_cell(merged['train_tokens'])} tokens)",
         f"train {_cell(merged['train_precision'])}, eval {', '.join(precisions) or '—'}",
-        f"code {_cell(merged['code'])}",
+        f"code {_code_cell(merged['code'])}",
         f"trained on {_cell(merged['machine'])}",
     ]
     return "; ".join(parts)
+
+
+CAPTION_COMMITS = 4  # more than this and a caption counts them (a study's chunks: 20 and more)
+
+
+def _code_cell(value: Any) -> str:
+    """A few code versions by name; many counted, since each row's is in the table beside the
+    figure (a line of 20 hashes under a plot is read by nobody)."""
+    if isinstance(value, list) and len(value) > CAPTION_COMMITS:
+        return f"from {len(value)} commits (each row's in the provenance table)"
+    return _cell(value)
 
 
 def _cell(value: Any) -> str:
