@@ -57,3 +57,12 @@ def test_a_p_value_that_rounds_to_zero_is_written_as_below_the_last_digit():
     assert p_text(0.0004, 3) == "<0.001"
     assert p_text(0.0123, 3) == "0.012"
     assert p_text(None, 3) == "—"
+
+
+def test_the_figure_title_says_how_many_seeds_or_their_range():
+    from poslab.report.budget import seed_counts
+
+    budgets = _budgets()
+    assert seed_counts(budgets) == "5"
+    budgets[300]["rope", "sliding"] = _cell({"1": 1.0, "2": 1.1, "3": 1.2}, {})
+    assert seed_counts(budgets) == "3–5"

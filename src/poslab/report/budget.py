@@ -307,13 +307,18 @@ def budget_figure(
     for ax in axes[-1]:
         ax.set_xlabel("training tokens (log)")
     axes[0][0].legend(loc="best", fontsize=8)
-    counts = sorted(
-        {c.ratio.n for cells in budgets.values() for c in cells.values() if c.ratio is not None}
-    )
-    seeds = "–".join(str(n) for n in dict.fromkeys([counts[0], counts[-1]])) if counts else "?"
+    seeds = seed_counts(budgets)
     fig.suptitle(f"{title}\neach row at each budget, 95% intervals over {seeds} seeds", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def seed_counts(budgets: dict[int, dict[tuple[str, str], Cell]]) -> str:
+    """How many seeds the figure's ratios rest on: "5", or "3–5" where cells differ."""
+    counts = sorted(
+        {c.ratio.n for cells in budgets.values() for c in cells.values() if c.ratio is not None}
+    )
+    return "–".join(str(n) for n in dict.fromkeys([counts[0], counts[-1]])) if counts else "?"
 
 
 def spread_axis(ax: Any, values: list[float], ratio: bool) -> str:
