@@ -235,11 +235,10 @@ def primary_family(
 
 
 def p_text(p: float | None, digits: int) -> str:
-    """A p-value to `digits` places, or "<0.001" where it rounds to 0 (never "0.000")."""
-    if p is None:
-        return "—"
-    smallest = 10.0**-digits
-    return f"<{smallest:.{digits}f}" if p < smallest else f"{p:.{digits}f}"
+    """A p-value as every table shows it (report/differences.py), or "—" where there is none."""
+    from poslab.report.differences import p_text as shown
+
+    return "—" if p is None else shown(p, digits)
 
 
 def _has_p(i: Interval | None) -> bool:

@@ -83,9 +83,10 @@ def difference_set(rows: list[dict], baseline: str, mode: str) -> DifferenceSet:
     return DifferenceSet(baseline, mode, metric, lengths, by_scheme, factors, values)
 
 
-def p_text(p: float) -> str:
-    """A p-value as a table shows it: three decimals, "<0.001" below that."""
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+def p_text(p: float, digits: int = 3) -> str:
+    """A p-value as a table shows it: `digits` decimals, "<0.001" (for 3) below that."""
+    smallest = 10.0**-digits
+    return f"<{smallest:.{digits}f}" if p < smallest else f"{p:.{digits}f}"
 
 
 def holm_table(found: dict[str, list[Interval | None]], columns: list[str]) -> str:
